@@ -1,0 +1,1 @@
+"""unet: declarative GitOps reconciler for multi-tenant cloud networking."""

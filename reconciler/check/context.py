@@ -1,0 +1,99 @@
+"""What every semantic check shares: the manifests by identity and the diagnostics sink."""
+
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import netaddr
+
+from ..diagnostics import Diagnostic, json_pointer
+from ..models import Capability
+from ..schema import Manifest
+
+Path_ = tuple[str | int, ...]
+
+
+@dataclass(slots=True)
+class AddressSpace:
+    """What the address checks need to know of a subnet (one family) or a pool."""
+
+    net: netaddr.IPNetwork
+    gateway: int | None
+    reserved: set[int]  # never handed out: network, broadcast, gateway, excluded
+    ranges: list[tuple[int, int]]  # where allocation draws from
+    vip_block: tuple[int, int] | None = None  # cluster VIPs only
+    owner: str = ""  # "Subnet/acme/web"
+
+
+@dataclass
+class Context:
+    manifests: list[Manifest]
+    plugins: dict[str, Any]  # plugin name -> plugin class
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    by_kind: dict[str, list[Manifest]] = field(default_factory=lambda: defaultdict(list))
+    index: dict[tuple[str, str | None, str], Manifest] = field(default_factory=dict)
+    # Resolved facts later checks and stages rely on.
+    default_class: dict[str, str] = field(default_factory=dict)  # region -> class
+    class_caps: dict[str, frozenset[Capability]] = field(default_factory=dict)
+    vn_class: dict[tuple[str, str], str] = field(default_factory=dict)  # (tenant, vn) -> class
+    networks: dict[tuple[str, str], dict[int, netaddr.IPNetwork]] = field(default_factory=dict)
+    subnets: dict[tuple[str, str], dict[int, AddressSpace]] = field(default_factory=dict)
+    pools: dict[str, AddressSpace] = field(default_factory=dict)
+    invalid: set[int] = field(default_factory=set)  # id() of manifests that failed a check
+
+    def kind(self, kind: str) -> list[Manifest]:
+        return self.by_kind.get(kind, [])
+
+    def get(self, kind: str, tenant: str | None, name: str | None) -> Manifest | None:
+        if name is None:
+            return None
+        return self.index.get((kind, tenant, name))
+
+    def report(
+        self,
+        code: str,
+        manifest: Manifest,
+        path: Path_,
+        message: str,
+        hint: str | None = None,
+    ) -> None:
+        self.invalid.add(id(manifest))
+        self.diagnostics.append(
+            Diagnostic(
+                code,
+                message,
+                file=manifest.doc.file,
+                line=manifest.doc.line_of(path),
+                path=json_pointer(path),
+                hint=hint,
+            )
+        )
+
+    def lookup(
+        self,
+        manifest: Manifest,
+        path: Path_,
+        kind: str,
+        name: str,
+        tenant: str | None = None,
+    ) -> Manifest | None:
+        """Resolve a reference or report REF_NOT_FOUND."""
+        found = self.get(kind, tenant, name)
+        if found is None:
+            where = f" in tenant {tenant}" if tenant else ""
+            self.report("REF_NOT_FOUND", manifest, path, f"no {kind} named '{name}'{where}",
+                        _similar_hint(self, kind, tenant, name))
+        return found
+
+
+def _similar_hint(ctx: Context, kind: str, tenant: str | None, name: str) -> str | None:
+    names = [m.name for m in ctx.kind(kind) if m.identity[1] == tenant]
+    close = difflib.get_close_matches(name, names, n=1)
+    if close:
+        return f"did you mean '{close[0]}'?"
+    if names and len(names) <= 8:
+        return "declared: " + ", ".join(sorted(names))
+    return None

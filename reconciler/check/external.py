@@ -1,0 +1,190 @@
+"""External access: ExternalIPs, their attachments, NATGateways, cluster prerequisites."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..diagnostics import Diagnostic, json_pointer
+from ..models import Capability
+from ..schema import Manifest
+from .classes import require
+from .context import Context, Path_
+from .netutil import parse_ip
+
+
+def check_external_ips(ctx: Context) -> None:
+    per_pool: dict[str, list[Manifest]] = defaultdict(list)
+    claimed: dict[tuple[str, int], Manifest] = {}
+    for eip in ctx.kind("ExternalIP"):
+        spec = eip.obj.spec
+        pool = ctx.lookup(eip, ("spec", "pool"), "ExternalIPPool", spec.pool)
+        if pool is None:
+            continue
+        tenant = ctx.get("Tenant", None, eip.tenant)
+        if pool.obj.spec.tenants is not None and eip.tenant not in pool.obj.spec.tenants:
+            ctx.report("POOL_NOT_ALLOWED", eip, ("spec", "pool"),
+                       f"tenant {eip.tenant} may not allocate from ExternalIPPool '{pool.name}'",
+                       "ask the provider to add the tenant to the pool's tenants")
+            continue
+        if tenant is not None and pool.obj.spec.region not in tenant.obj.spec.regions:
+            ctx.report("REGION_NOT_ALLOWED", eip, ("spec", "pool"),
+                       f"ExternalIPPool '{pool.name}' is in region {pool.obj.spec.region}, which "
+                       f"tenant {eip.tenant} may not use")
+            continue
+        space = ctx.pools.get(pool.name)
+        if space is None:
+            continue
+        per_pool[pool.name].append(eip)
+        if spec.address is None:
+            continue
+        ip = parse_ip(ctx, eip, ("spec", "address"), spec.address, version=space.net.version)
+        if ip is None:
+            continue
+        value = int(ip)
+        if value in space.reserved or not any(a <= value <= b for a, b in space.ranges):
+            ctx.report("ADDRESS_INVALID", eip, ("spec", "address"),
+                       f"{ip} is not an allocatable address of ExternalIPPool '{pool.name}'",
+                       "leave address out to have one allocated")
+        elif (pool.name, value) in claimed:
+            other = claimed[(pool.name, value)]
+            ctx.report("ADDRESS_CONFLICT", eip, ("spec", "address"),
+                       f"{ip} is already claimed by {other.ref}")
+        else:
+            claimed[(pool.name, value)] = eip
+    for pool_name, eips in per_pool.items():
+        _check_capacity(ctx, pool_name, eips)
+
+
+def _check_capacity(ctx: Context, pool_name: str, eips: list[Manifest]) -> None:
+    space = ctx.pools[pool_name]
+    capacity = sum(last - first + 1 for first, last in space.ranges)
+    capacity -= sum(1 for a in space.reserved if any(lo <= a <= hi for lo, hi in space.ranges))
+    if len(eips) <= capacity:
+        return
+    floating = sorted((e for e in eips if e.obj.spec.address is None), key=lambda e: e.ref)
+    for eip in floating[max(0, capacity - (len(eips) - len(floating))):]:
+        ctx.report("POOL_EXHAUSTED", eip, ("spec", "pool"),
+                   f"ExternalIPPool '{pool_name}' has {capacity} addresses and {len(eips)} "
+                   "ExternalIPs ask for one", "use another pool or release an ExternalIP")
+
+
+def check_consumers(ctx: Context) -> None:
+    consumers: dict[tuple[str | None, str], Manifest] = {}
+    nat_per_network: dict[tuple[str | None, str], Manifest] = {}
+    for attachment in ctx.kind("ExternalIPAttachment"):
+        eip = _consume(ctx, attachment, consumers)
+        vn = _check_target(ctx, attachment)
+        if vn is not None:
+            require(ctx, attachment, ("kind",), ctx.vn_class.get((attachment.tenant, vn.name)),
+                    Capability.EXTERNAL_IPS, "an ExternalIPAttachment")
+            _same_region(ctx, attachment, eip, vn)
+    for gateway in ctx.kind("NATGateway"):
+        eip = _consume(ctx, gateway, consumers)
+        spec = gateway.obj.spec
+        vn = ctx.lookup(gateway, ("spec", "virtualNetwork"), "VirtualNetwork",
+                        spec.virtual_network, gateway.tenant)
+        if vn is None:
+            continue
+        first = nat_per_network.setdefault((gateway.tenant, vn.name), gateway)
+        if first is not gateway:
+            ctx.report("NAT_GATEWAY_DUPLICATE", gateway, ("spec", "virtualNetwork"),
+                       f"VirtualNetwork '{vn.name}' already has NATGateway '{first.name}'",
+                       "one NATGateway serves the whole VirtualNetwork")
+        require(ctx, gateway, ("kind",), ctx.vn_class.get((gateway.tenant, vn.name)),
+                Capability.NAT_GATEWAYS, "a NATGateway")
+        _same_region(ctx, gateway, eip, vn)
+    _check_cluster_prerequisites(ctx, nat_per_network)
+
+
+def _consume(ctx: Context, consumer: Manifest,
+             consumers: dict[tuple[str | None, str], Manifest]) -> Manifest | None:
+    name = consumer.obj.spec.external_ip
+    eip = ctx.lookup(consumer, ("spec", "externalIP"), "ExternalIP", name, consumer.tenant)
+    if eip is None:
+        return None
+    first = consumers.setdefault((consumer.tenant, name), consumer)
+    if first is not consumer:
+        ctx.report("EXTERNAL_IP_IN_USE", consumer, ("spec", "externalIP"),
+                   f"ExternalIP '{name}' is already used by {first.ref}",
+                   "each consumer needs its own ExternalIP")
+    return eip
+
+
+def _check_target(ctx: Context, attachment: Manifest) -> Manifest | None:
+    """Check the target; return its VirtualNetwork when it is declared and placed."""
+    target = attachment.obj.spec.target
+    path: Path_ = ("spec", "target")
+    if target.kind == "Cluster" and target.endpoint is None:
+        ctx.report("ENDPOINT_REQUIRED", attachment, path,
+                   "a Cluster target needs endpoint: api or ingress")
+    elif target.kind != "Cluster" and target.endpoint is not None:
+        ctx.report("ENDPOINT_FORBIDDEN", attachment, (*path, "endpoint"),
+                   f"endpoint applies to Cluster targets only, not {target.kind}",
+                   "remove endpoint")
+    workload = ctx.get(target.kind, attachment.tenant, target.name)
+    if workload is None:
+        ctx.diagnostics.append(_pending(attachment))
+        return None
+    subnet = ctx.get("Subnet", attachment.tenant,
+                     workload.obj.spec.network_attachments[0].subnet)
+    if subnet is None:
+        return None
+    return ctx.get("VirtualNetwork", attachment.tenant, subnet.obj.spec.virtual_network)
+
+
+def _pending(attachment: Manifest) -> Diagnostic:
+    target = attachment.obj.spec.target
+    path = ("spec", "target", "name")
+    return Diagnostic("TARGET_PENDING",
+                      f"{target.kind} '{target.name}' is not declared (yet): the attachment "
+                      "stays pending until it appears",
+                      file=attachment.doc.file, line=attachment.doc.line_of(path),
+                      path=json_pointer(path))
+
+
+def _same_region(ctx: Context, consumer: Manifest, eip: Manifest | None, vn: Manifest) -> None:
+    if eip is None:
+        return
+    pool = ctx.get("ExternalIPPool", None, eip.obj.spec.pool)
+    if pool is not None and pool.obj.spec.region != vn.obj.spec.region:
+        ctx.report("REGION_NOT_ALLOWED", consumer, ("spec", "externalIP"),
+                   f"ExternalIP '{eip.name}' comes from region {pool.obj.spec.region}; "
+                   f"VirtualNetwork '{vn.name}' is in {vn.obj.spec.region}",
+                   "use an ExternalIP of a pool in the same region")
+
+
+def _check_cluster_prerequisites(ctx: Context,
+                                 nat_per_network: dict[tuple[str | None, str], Manifest]) -> None:
+    api_targets = {
+        (a.tenant, a.obj.spec.target.name)
+        for a in ctx.kind("ExternalIPAttachment")
+        if a.obj.spec.target.kind == "Cluster" and a.obj.spec.target.endpoint == "api"
+    }
+    for cluster in ctx.kind("Cluster"):
+        subnet = ctx.get("Subnet", cluster.tenant, cluster.obj.spec.network_attachments[0].subnet)
+        if subnet is None:
+            continue
+        missing = []
+        if (cluster.tenant, cluster.name) not in api_targets:
+            missing.append("an ExternalIPAttachment with endpoint api")
+        if (cluster.tenant, subnet.obj.spec.virtual_network) not in nat_per_network:
+            missing.append(f"a NATGateway on VirtualNetwork '{subnet.obj.spec.virtual_network}'")
+        if missing:
+            ctx.report("CLUSTER_PREREQUISITE_MISSING", cluster, ("kind",),
+                       f"Cluster '{cluster.name}' needs " + " and ".join(missing),
+                       "declare them in the same tenant")
+
+
+def check_quotas(ctx: Context) -> None:
+    counts: dict[tuple[str | None, str], list[Manifest]] = defaultdict(list)
+    for manifest in ctx.manifests:
+        if manifest.obj.scope == "tenant":
+            counts[(manifest.tenant, manifest.kind)].append(manifest)
+    for tenant in ctx.kind("Tenant"):
+        for kind, limit in (tenant.obj.spec.quotas or {}).items():
+            members = counts.get((tenant.name, kind), [])
+            if len(members) > limit:
+                for extra in sorted(members, key=lambda m: m.name)[limit:]:
+                    ctx.report("QUOTA_EXCEEDED", extra, ("metadata", "name"),
+                               f"tenant {tenant.name} declares {len(members)} {kind}s; its "
+                               f"quota is {limit}", "ask the provider to raise spec.quotas")

@@ -1,0 +1,120 @@
+"""Address parsing with diagnostics, and the O(n log n) overlap sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+import netaddr
+
+from ..schema import Manifest
+from .context import Context, Path_
+
+T = TypeVar("T")
+
+_RESERVED = [
+    (netaddr.IPNetwork(cidr), what)
+    for cidr, what in (
+        ("0.0.0.0/8", "unspecified"),
+        ("127.0.0.0/8", "loopback"),
+        ("169.254.0.0/16", "link-local"),
+        ("224.0.0.0/4", "multicast"),
+        ("255.255.255.255/32", "broadcast"),
+        ("::/128", "unspecified"),
+        ("::1/128", "loopback"),
+        ("fe80::/10", "link-local"),
+        ("ff00::/8", "multicast"),
+    )
+]
+
+
+def family_name(version: int) -> str:
+    return "IPv4" if version == 4 else "IPv6"
+
+
+def parse_cidr(
+    ctx: Context,
+    manifest: Manifest,
+    path: Path_,
+    text: str,
+    version: int | None = None,
+    network_range: bool = True,
+) -> netaddr.IPNetwork | None:
+    """A canonical CIDR, or None after reporting why not.
+
+    `network_range` marks CIDRs that define where addresses live (networks, subnets,
+    pools); those may not touch reserved ranges. Rule remotes and route destinations
+    may be anything, 0.0.0.0/0 included.
+    """
+    try:
+        if "/" not in text:
+            raise netaddr.AddrFormatError("no prefix length")
+        net = netaddr.IPNetwork(text)
+    except (netaddr.AddrFormatError, ValueError, TypeError):
+        ctx.report("CIDR_INVALID", manifest, path, f"'{text}' is not a CIDR",
+                   "write an address and a prefix length, e.g. 10.0.1.0/24")
+        return None
+    if version is not None and net.version != version:
+        ctx.report("CIDR_INVALID", manifest, path,
+                   f"'{text}' is an {family_name(net.version)} CIDR; this field takes "
+                   f"{family_name(version)}")
+        return None
+    if net.ip != net.network:
+        ctx.report("CIDR_NOT_CANONICAL", manifest, path,
+                   f"'{text}' has host bits set", f"did you mean {net.cidr}?")
+        return None
+    if network_range:
+        for reserved, what in _RESERVED:
+            if reserved.version == net.version and (reserved in net or net in reserved):
+                ctx.report("CIDR_RESERVED", manifest, path,
+                           f"'{text}' overlaps the {what} range {reserved}",
+                           "use a private range such as 10.0.0.0/8 or fc00::/7")
+                return None
+    return net.cidr
+
+
+def parse_ip(
+    ctx: Context,
+    manifest: Manifest,
+    path: Path_,
+    text: str,
+    code: str = "ADDRESS_INVALID",
+    version: int | None = None,
+) -> netaddr.IPAddress | None:
+    try:
+        ip = netaddr.IPAddress(text, flags=netaddr.INET_PTON)
+    except (netaddr.AddrFormatError, ValueError, TypeError):
+        ctx.report(code, manifest, path, f"'{text}' is not an IP address")
+        return None
+    if version is not None and ip.version != version:
+        ctx.report(code, manifest, path,
+                   f"'{text}' is an {family_name(ip.version)} address; "
+                   f"{family_name(version)} expected")
+        return None
+    return ip
+
+
+def overlaps(items: Iterable[tuple[int, int, T]]) -> Iterator[tuple[T, T]]:
+    """Pairs (earlier, later) of overlapping closed intervals, by sort and sweep.
+
+    Each interval that overlaps an earlier one is reported once, paired with the
+    earlier interval reaching furthest: enough to name every offender without
+    comparing all pairs.
+    """
+    furthest: tuple[int, T] | None = None
+    for first, last, item in sorted(items, key=lambda entry: (entry[0], -entry[1])):
+        if furthest is not None and first <= furthest[0]:
+            yield furthest[1], item
+        if furthest is None or last > furthest[0]:
+            furthest = (last, item)
+
+
+def first_host(net: netaddr.IPNetwork) -> netaddr.IPAddress:
+    return netaddr.IPAddress(net.first + 1, net.version)
+
+
+def reserved_ends(net: netaddr.IPNetwork) -> set[int]:
+    """Network and broadcast addresses (IPv4); the subnet-router anycast (IPv6)."""
+    if net.version == 4:
+        return {net.first, net.last}
+    return {net.first}

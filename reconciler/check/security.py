@@ -1,0 +1,125 @@
+"""SecurityGroups and their rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..models import Capability
+from ..schema import Manifest
+from .classes import require
+from .context import Context, Path_
+from .netutil import parse_cidr
+
+DEFAULT_GROUP = "default"
+
+
+def check_security_groups(ctx: Context) -> None:
+    for group in ctx.kind("SecurityGroup"):
+        spec = group.obj.spec
+        vn = ctx.lookup(group, ("spec", "virtualNetwork"), "VirtualNetwork",
+                        spec.virtual_network, group.tenant)
+        if vn is not None:
+            require(ctx, group, ("kind",), ctx.vn_class.get((vn.tenant, vn.name)),
+                    Capability.SECURITY_GROUPS, "a SecurityGroup")
+        for direction in ("ingress", "egress"):
+            seen: dict[tuple[Any, ...], int] = {}
+            for index, rule in enumerate(getattr(spec, direction)):
+                path = ("spec", direction, index)
+                key = _check_rule(ctx, group, path, rule)
+                if key is None:
+                    continue
+                if key in seen:
+                    ctx.report("RULE_DUPLICATE", group, path,
+                               f"this {direction} rule repeats rule {seen[key] + 1}",
+                               "remove one of them")
+                else:
+                    seen[key] = index
+
+
+def _check_rule(ctx: Context, group: Manifest, path: Path_, rule: Any) -> tuple[Any, ...] | None:
+    """Report what is wrong with a rule; return its normalised identity when it is valid."""
+    ok = _check_ports(ctx, group, path, rule) & _check_icmp(ctx, group, path, rule)
+    if (rule.cidr is None) == (rule.security_group is None):
+        ctx.report("RULE_REMOTE_INVALID", group, path,
+                   "a rule needs exactly one remote: cidr or securityGroup",
+                   "cidr: 0.0.0.0/0 means anywhere; securityGroup: NAME means its members")
+        return None
+    remote: str | None = None
+    if rule.cidr is not None:
+        net = parse_cidr(ctx, group, (*path, "cidr"), rule.cidr, network_range=False)
+        remote = str(net) if net is not None else None
+    else:
+        remote = rule.security_group
+        ok &= resolve_group(ctx, group, (*path, "securityGroup"), rule.security_group,
+                            group.obj.spec.virtual_network) is not None
+    if not ok or remote is None:
+        return None
+    return (rule.protocol, rule.port_from, rule.port_to, rule.icmp_type, rule.icmp_code,
+            rule.cidr is not None, remote)
+
+
+def _check_ports(ctx: Context, group: Manifest, path: Path_, rule: Any) -> bool:
+    low, high = rule.port_from, rule.port_to
+    if low is None and high is None:
+        return True
+    if rule.protocol not in ("tcp", "udp"):
+        field = "portFrom" if low is not None else "portTo"
+        ctx.report("RULE_PORTS_INVALID", group, (*path, field),
+                   f"ports apply to tcp and udp only, not {rule.protocol}",
+                   "remove portFrom/portTo")
+    elif low is None or high is None:
+        ctx.report("RULE_PORTS_INVALID", group, (*path, "portTo" if high is None else "portFrom"),
+                   "give both portFrom and portTo, or neither",
+                   f"for a single port write portFrom: {low or high} and portTo: {low or high}")
+    elif not (1 <= low <= 65535 and 1 <= high <= 65535):
+        bad = "portFrom" if not 1 <= low <= 65535 else "portTo"
+        ctx.report("RULE_PORTS_INVALID", group, (*path, bad), "ports are 1..65535")
+    elif low > high:
+        ctx.report("RULE_PORTS_INVALID", group, (*path, "portFrom"),
+                   f"portFrom {low} is above portTo {high}", "swap them")
+    else:
+        return True
+    return False
+
+
+def _check_icmp(ctx: Context, group: Manifest, path: Path_, rule: Any) -> bool:
+    icmp_type, icmp_code = rule.icmp_type, rule.icmp_code
+    if icmp_type is None and icmp_code is None:
+        return True
+    if rule.protocol != "icmp":
+        ctx.report("RULE_ICMP_INVALID", group,
+                   (*path, "icmpType" if icmp_type is not None else "icmpCode"),
+                   f"icmpType/icmpCode apply to icmp only, not {rule.protocol}")
+    elif icmp_type is None:
+        ctx.report("RULE_ICMP_INVALID", group, (*path, "icmpCode"),
+                   "icmpCode needs an icmpType")
+    elif not 0 <= icmp_type <= 255 or (icmp_code is not None and not 0 <= icmp_code <= 255):
+        bad = "icmpType" if not 0 <= icmp_type <= 255 else "icmpCode"
+        ctx.report("RULE_ICMP_INVALID", group, (*path, bad), "icmp type and code are 0..255")
+    else:
+        return True
+    return False
+
+
+def resolve_group(ctx: Context, manifest: Manifest, path: Path_, name: str,
+                  vn_name: str) -> Manifest | str | None:
+    """The group `name` as seen from VirtualNetwork `vn_name` of the manifest's tenant.
+
+    Returns the declared group, DEFAULT_GROUP for the implicit one, or None after
+    reporting why it cannot be used.
+    """
+    group = ctx.get("SecurityGroup", manifest.tenant, name)
+    if group is None:
+        if name == DEFAULT_GROUP:
+            return DEFAULT_GROUP
+        ctx.lookup(manifest, path, "SecurityGroup", name, manifest.tenant)
+        return None
+    if group.obj.spec.virtual_network != vn_name:
+        if name == DEFAULT_GROUP:  # the tenant's own `default` belongs to another network
+            return DEFAULT_GROUP
+        ctx.report("SECURITY_GROUP_WRONG_NETWORK", manifest, path,
+                   f"SecurityGroup '{name}' belongs to VirtualNetwork "
+                   f"'{group.obj.spec.virtual_network}', not '{vn_name}'",
+                   "use a group of the same VirtualNetwork")
+        return None
+    return group

@@ -1,0 +1,193 @@
+"""Workloads (ComputeInstance, BaremetalInstance, Cluster) and their network attachments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import netaddr
+
+from ..models import Capability
+from ..schema import Manifest
+from .classes import require
+from .context import AddressSpace, Context, Path_
+from .netutil import family_name, parse_cidr, parse_ip
+from .security import resolve_group
+
+_CAPABILITY = {
+    "ComputeInstance": Capability.COMPUTE_INSTANCES,
+    "BaremetalInstance": Capability.BAREMETAL_INSTANCES,
+    "Cluster": Capability.CLUSTERS,
+}
+
+Claims = dict[tuple[Any, ...], tuple[Manifest, Path_]]
+
+
+def check_host_types(ctx: Context) -> None:
+    for host_type in ctx.kind("HostType"):
+        seen: set[str] = set()
+        for index, interface in enumerate(host_type.obj.spec.interfaces):
+            if interface.name in seen:
+                ctx.report("INTERFACE_INVALID", host_type, ("spec", "interfaces", index, "name"),
+                           f"interface '{interface.name}' is declared twice")
+            seen.add(interface.name)
+
+
+def check_workloads(ctx: Context) -> None:
+    claims: Claims = {}
+    for kind in _CAPABILITY:
+        for workload in ctx.kind(kind):
+            vn_name = _check_attachments(ctx, workload, claims)
+            if vn_name is None:
+                continue
+            class_name = ctx.vn_class.get((workload.tenant, vn_name))
+            require(ctx, workload, ("kind",), class_name, _CAPABILITY[kind], f"a {kind}")
+            if kind == "BaremetalInstance":
+                _check_interfaces(ctx, workload)
+            elif kind == "Cluster":
+                _check_cluster(ctx, workload, vn_name, claims)
+
+
+def _check_attachments(ctx: Context, workload: Manifest, claims: Claims) -> str | None:
+    """Check every attachment; return the workload's VirtualNetwork when it has one."""
+    attachments = workload.obj.spec.network_attachments
+    vn_name: str | None = None
+    for index, attachment in enumerate(attachments):
+        path = ("spec", "networkAttachments", index)
+        subnet = ctx.lookup(workload, (*path, "subnet"), "Subnet", attachment.subnet,
+                            workload.tenant)
+        if subnet is None:
+            continue
+        this_vn = subnet.obj.spec.virtual_network
+        if vn_name is None:
+            vn_name = this_vn
+        elif this_vn != vn_name:
+            ctx.report("ATTACHMENTS_DIFFERENT_NETWORKS", workload, (*path, "subnet"),
+                       f"subnet '{subnet.name}' lies in VirtualNetwork '{this_vn}', the first "
+                       f"attachment's in '{vn_name}'",
+                       "all attachments of a workload use one VirtualNetwork")
+            continue
+        for g_index, group in enumerate(attachment.security_groups):
+            resolve_group(ctx, workload, (*path, "securityGroups", g_index), group, this_vn)
+        spaces = ctx.subnets.get((workload.tenant, subnet.name), {})
+        for version, field in ((4, "ipAddress"), (6, "ipv6Address")):
+            text = attachment.ip_address if version == 4 else attachment.ipv6_address
+            if text is not None:
+                _claim_address(ctx, workload, (*path, field), text, version, subnet, spaces,
+                               claims, is_vip=False)
+        if attachment.mac_address is not None:
+            _claim_mac(ctx, workload, (*path, "macAddress"), attachment.mac_address, subnet,
+                       claims)
+    if len(attachments) > 1:
+        primaries = [i for i, a in enumerate(attachments) if a.primary]
+        if len(primaries) != 1:
+            ctx.report("PRIMARY_INVALID", workload, ("spec", "networkAttachments"),
+                       f"{len(primaries)} of {len(attachments)} attachments are primary; "
+                       "exactly one must be", "set primary: true on one attachment")
+    return vn_name
+
+
+def _claim_address(ctx: Context, workload: Manifest, path: Path_, text: str, version: int,
+                   subnet: Manifest, spaces: dict[int, AddressSpace], claims: Claims,
+                   is_vip: bool) -> None:
+    ip = parse_ip(ctx, workload, path, text, version=version)
+    if ip is None:
+        return
+    space = spaces.get(version)
+    if space is None:
+        if (subnet.obj.spec.ipv4_cidr if version == 4 else subnet.obj.spec.ipv6_cidr) is None:
+            ctx.report("ADDRESS_INVALID", workload, path,
+                       f"subnet '{subnet.name}' has no {family_name(version)} CIDR")
+        return
+    value = int(ip)
+    problem = None
+    if ip not in space.net:
+        problem = f"{ip} is outside subnet '{subnet.name}' ({space.net})"
+    elif value in space.reserved:
+        problem = f"{ip} is reserved in subnet '{subnet.name}' (network, broadcast, gateway " \
+                  "or excluded)"
+    elif not is_vip and space.vip_block and space.vip_block[0] <= value <= space.vip_block[1]:
+        problem = f"{ip} lies in the VIP block of subnet '{subnet.name}'"
+    if problem:
+        ctx.report("ADDRESS_INVALID", workload, path, problem, "pick a free address of the subnet")
+        return
+    _claim(ctx, claims, ("ip", workload.tenant, subnet.name, value), workload, path, str(ip))
+
+
+def _claim_mac(ctx: Context, workload: Manifest, path: Path_, text: str, subnet: Manifest,
+               claims: Claims) -> None:
+    mac = netaddr.EUI(text)
+    if int(mac) >> 40 & 1:
+        ctx.report("ADDRESS_INVALID", workload, path, f"{text} is a multicast MAC address",
+                   "use a unicast address, e.g. 02:00:00:00:00:01 (locally administered)")
+        return
+    _claim(ctx, claims, ("mac", workload.tenant, subnet.name, int(mac)), workload, path, text)
+
+
+def _claim(ctx: Context, claims: Claims, key: tuple[Any, ...], manifest: Manifest, path: Path_,
+           shown: str) -> None:
+    first = claims.get(key)
+    if first is None:
+        claims[key] = (manifest, path)
+        return
+    owner, _ = first
+    ctx.report("ADDRESS_CONFLICT", manifest, path,
+               f"{shown} is already claimed by {owner.ref} ({owner.doc.file}:"
+               f"{owner.doc.line_of(first[1])})", "give each consumer its own address")
+
+
+def _check_interfaces(ctx: Context, workload: Manifest) -> None:
+    spec = workload.obj.spec
+    host_type = ctx.lookup(workload, ("spec", "hostType"), "HostType", spec.host_type)
+    roles = {i.name: i.role for i in host_type.obj.spec.interfaces} if host_type else None
+    used: set[str] = set()
+    several = len(spec.network_attachments) > 1
+    for index, attachment in enumerate(spec.network_attachments):
+        path = ("spec", "networkAttachments", index)
+        name = attachment.interface
+        if name is None:
+            if several:
+                ctx.report("INTERFACE_REQUIRED", workload, path,
+                           "with several attachments each needs an interface",
+                           "name one of the HostType's interfaces" + (
+                               ": " + ", ".join(n for n, r in roles.items() if r != "lifecycle")
+                               if roles else ""))
+            continue
+        if roles is not None and name not in roles:
+            ctx.report("INTERFACE_INVALID", workload, (*path, "interface"),
+                       f"HostType '{spec.host_type}' has no interface '{name}'",
+                       "known: " + ", ".join(roles))
+        elif roles is not None and roles[name] == "lifecycle":
+            ctx.report("INTERFACE_INVALID", workload, (*path, "interface"),
+                       f"'{name}' is a lifecycle interface; tenants cannot attach it")
+        elif name in used:
+            ctx.report("INTERFACE_INVALID", workload, (*path, "interface"),
+                       f"interface '{name}' is used by two attachments")
+        used.add(name)
+
+
+def _check_cluster(ctx: Context, cluster: Manifest, vn_name: str, claims: Claims) -> None:
+    spec = cluster.obj.spec
+    subnet_name = spec.network_attachments[0].subnet
+    spaces = ctx.subnets.get((cluster.tenant, subnet_name), {})
+    subnet = ctx.get("Subnet", cluster.tenant, subnet_name)
+    if subnet is not None:
+        for field, text in (("apiVip", spec.api_vip), ("ingressVip", spec.ingress_vip)):
+            if text is not None:
+                _claim_address(ctx, cluster, ("spec", field), text, 4 if ":" not in text else 6,
+                               subnet, spaces, claims, is_vip=True)
+    cidrs: list[tuple[str, netaddr.IPNetwork]] = []
+    for field, text in (("podCidr", spec.network.pod_cidr),
+                        ("serviceCidr", spec.network.service_cidr)):
+        net = parse_cidr(ctx, cluster, ("spec", "network", field), text)
+        if net is not None:
+            cidrs.append((field, net))
+    others = [("the VirtualNetwork", n) for n in ctx.networks.get((cluster.tenant, vn_name),
+                                                                  {}).values()]
+    others += [("the subnet", s.net) for s in spaces.values()]
+    for position, (field, net) in enumerate(cidrs):
+        for what, other in [*(("podCidr", c) for _f, c in cidrs[:position]), *others]:
+            if net.version == other.version and (net in other or other in net):
+                ctx.report("CLUSTER_CIDR_OVERLAP", cluster, ("spec", "network", field),
+                           f"{field} {net} overlaps {what} ({other})",
+                           "pick pod and service CIDRs apart from each other and the network")
+                break

@@ -1,0 +1,194 @@
+"""The `unet` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .diagnostics import codes_markdown
+from .load import DEFAULT_MAX_FILE_BYTES, SourceError
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 1: exit code 2 means "changes present" for every unet command."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"unet: error: {message}\n")
+
+
+def _add_repo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", nargs="?", default=".", type=Path,
+                        help="the network repo (default: the current folder)")
+    parser.add_argument("--rev", metavar="REV",
+                        help="read this Git revision's objects instead of the files on disk")
+    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
+                        metavar="BYTES", help="largest manifest file accepted (default 1 MiB)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="unet", description="Declarative GitOps reconciler for multi-tenant "
+                     "cloud networking.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    validate = commands.add_parser("validate", help="check a network repo; every problem at once")
+    _add_repo_arguments(validate)
+    validate.add_argument("--format", choices=("human", "json", "github"), default="human")
+    validate.set_defaults(func=_cmd_validate)
+
+    schema = commands.add_parser("schema", help="write the JSON Schemas of every kind")
+    schema.add_argument("--out", type=Path, default=None,
+                        help="folder to write (default: schemas/ of the unet source tree)")
+    schema.add_argument("--check", action="store_true",
+                        help="only compare; exit 1 when the files differ from the models")
+    schema.set_defaults(func=_cmd_schema)
+
+    codes = commands.add_parser("codes", help="list the diagnostic codes")
+    codes.add_argument("--markdown", action="store_true", help="the reference page")
+    codes.set_defaults(func=_cmd_codes)
+
+    show = commands.add_parser("show", help="show a resolved object")
+    show_what = show.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    network_class = show_what.add_parser("networkclass",
+                                         help="a NetworkClass and its effective capabilities")
+    network_class.add_argument("name")
+    _add_repo_arguments(network_class)
+    network_class.set_defaults(func=_cmd_show_network_class)
+
+    bench = commands.add_parser("bench")  # for developers; not in the main help
+    bench_what = bench.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    generate = bench_what.add_parser("generate", help="write a synthetic network repo")
+    generate.add_argument("--tenants", type=int, required=True)
+    generate.add_argument("dir", type=Path)
+    generate.set_defaults(func=_cmd_bench_generate)
+    commands._choices_actions = [a for a in commands._choices_actions if a.dest != "bench"]
+    return parser
+
+
+def _display_prefix(path: Path, base: Path) -> str:
+    rel = os.path.relpath(path.resolve(), base.resolve())
+    return "" if rel == "." else Path(rel).as_posix() + "/"
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .report import render_github, render_human, render_json, summarize, use_colour
+    from .validate import validate_repo
+
+    result = validate_repo(args.path, args.rev, args.max_file_size)
+    summary = summarize(result.diagnostics, result.files, len(result.documents))
+    out = sys.stdout
+    if args.format == "json":
+        render_json(result.diagnostics, summary, out, _display_prefix(args.path, Path.cwd()))
+    elif args.format == "github":
+        base = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd())
+        render_github(result.diagnostics, summary, out, _display_prefix(args.path, base),
+                      os.environ.get("GITHUB_STEP_SUMMARY"))
+    else:
+        render_human(result.diagnostics, summary, out, _display_prefix(args.path, Path.cwd()),
+                     use_colour(out))
+    return EXIT_OK if result.ok else EXIT_ERROR
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from .schema import SCHEMA_DIR, generate_schemas, render_schema_file
+
+    out_dir: Path = args.out or SCHEMA_DIR
+    files = {name: render_schema_file(schema) for name, schema in generate_schemas().items()}
+    if args.check:
+        stale = [name for name, text in files.items()
+                 if not (out_dir / name).is_file() or (out_dir / name).read_text() != text]
+        extra = sorted(p.name for p in out_dir.glob("*.json") if p.name not in files) \
+            if out_dir.is_dir() else []
+        for name in stale + extra:
+            print(f"{out_dir / name}: differs from the models", file=sys.stderr)
+        if stale or extra:
+            print("run `unet schema` and commit the result", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"{len(files)} schemas up to date in {out_dir}")
+        return EXIT_OK
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (out_dir / name).write_text(text)
+    print(f"wrote {len(files)} schemas to {out_dir}")
+    return EXIT_OK
+
+
+def _cmd_codes(args: argparse.Namespace) -> int:
+    from .diagnostics import CODES
+
+    if args.markdown:
+        sys.stdout.write(codes_markdown())
+    else:
+        for code, info in CODES.items():
+            print(f"{code:32} {info.severity:8} {info.when}")
+    return EXIT_OK
+
+
+def _cmd_show_network_class(args: argparse.Namespace) -> int:
+    from .report import render_human, summarize
+    from .validate import validate_repo
+
+    result = validate_repo(args.path, args.rev, args.max_file_size)
+    ctx = result.context
+    cls = ctx.get("NetworkClass", None, args.name) if ctx else None
+    if cls is None or ctx is None:
+        print(f"unet: no NetworkClass named '{args.name}'", file=sys.stderr)
+        return EXIT_ERROR
+    spec = cls.obj.spec
+    caps = ctx.class_caps.get(cls.name)
+    print(f"NetworkClass {cls.name}  ({cls.doc.file}:{cls.doc.line})")
+    print(f"  region:        {spec.region}{'  (default)' if spec.default else ''}")
+    print(f"  fabricManager: {spec.fabric_manager or '-'}")
+    print(f"  k8sManager:    {spec.k8s_manager or '-'}")
+    print(f"  segmentRange:  {spec.segment_range.start}-{spec.segment_range.end}")
+    print(f"  vipPrefixLength: {spec.vip_prefix_length or '-'}")
+    if spec.disable_capabilities:
+        print(f"  disabled:      {', '.join(sorted(spec.disable_capabilities))}")
+    if caps is None:
+        print("  capabilities:  unknown (the class is invalid)")
+        render_human(result.diagnostics, summarize(result.diagnostics, result.files,
+                                                   len(result.documents)), sys.stdout)
+        return EXIT_ERROR
+    print(f"  capabilities:  {', '.join(sorted(caps))}")
+    return EXIT_OK
+
+
+def _cmd_bench_generate(args: argparse.Namespace) -> int:
+    from .bench import generate_repo
+
+    count = generate_repo(args.dir, args.tenants)
+    print(f"wrote {args.tenants} tenants ({count} manifests) to {args.dir}")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except SourceError as exc:
+        print(f"unet: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("unet: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_ERROR
+    except Exception as exc:  # a bug of ours: say so plainly, details on request
+        if os.environ.get("UNET_DEBUG"):
+            traceback.print_exc()
+        else:
+            print(f"unet: internal error: {type(exc).__name__}: {exc}\n"
+                  "This is a bug in unet, not in your manifests; set UNET_DEBUG=1 for details "
+                  "and report it.", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

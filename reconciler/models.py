@@ -1,0 +1,389 @@
+"""Typed models of every kind of the manifest API (`network.osac.io/v1alpha1`).
+
+The JSON Schemas under `schemas/` are generated from these models (`unet schema`).
+Value rules that have a diagnostic code of their own (port ranges, MTU bounds,
+CIDR syntax, ...) are checked by the semantic stage, not by the schema, so that
+users get the specific code and hint.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "network.osac.io/v1alpha1"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+PREVENT_DESTROY_ANNOTATION = "network.osac.io/prevent-destroy"
+
+Name = Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=63)]
+Address = Annotated[str, Field(description="An IPv4 or IPv6 address")]
+Cidr = Annotated[str, Field(description="A CIDR in canonical form, e.g. 10.0.1.0/24")]
+
+
+class Capability(StrEnum):
+    IPV4 = "IPv4"
+    IPV6 = "IPv6"
+    SECURITY_GROUPS = "SecurityGroups"
+    EXTERNAL_IPS = "ExternalIPs"
+    NAT_GATEWAYS = "NATGateways"
+    COMPUTE_INSTANCES = "ComputeInstances"
+    BAREMETAL_INSTANCES = "BaremetalInstances"
+    CLUSTERS = "Clusters"
+    DHCP = "DHCP"
+
+
+ADDRESS_FAMILIES = frozenset({Capability.IPV4, Capability.IPV6})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+    )
+
+
+# --- common ---------------------------------------------------------------------------------
+
+
+class Metadata(_Model):
+    name: Name
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class TenantMetadata(Metadata):
+    tenant: Name | None = Field(
+        default=None, description="Optional; derived from the folder and must match it"
+    )
+
+
+class AddressRange(_Model):
+    start: Address
+    end: Address
+
+
+class _Resource(_Model):
+    api_version: Literal["network.osac.io/v1alpha1"]
+    scope: ClassVar[Literal["provider", "tenant", "root"]] = "provider"
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def prevent_destroy(self) -> bool:
+        annotations = self.metadata.annotations  # type: ignore[attr-defined]
+        return str(annotations.get(PREVENT_DESTROY_ANNOTATION, "")).lower() == "true"
+
+
+class _ProviderResource(_Resource):
+    metadata: Metadata
+
+
+class _TenantResource(_Resource):
+    scope: ClassVar[Literal["provider", "tenant", "root"]] = "tenant"
+    metadata: TenantMetadata
+
+
+# --- RepositoryConfig ---------------------------------------------------------------------
+
+
+class RepositoryConfigSpec(_Model):
+    installation: Name = Field(description="Stamped on every backend object")
+    prune: bool = Field(description="Delete from backends what was removed from Git")
+    allow_empty: bool = Field(
+        default=False, description="Allow a plan that deletes every object of the installation"
+    )
+    reconcile: Literal["report", "repair"] = Field(
+        default="report", description="What the scheduled reconcile job does with drift"
+    )
+
+
+class RepositoryConfig(_Resource):
+    scope: ClassVar[Literal["provider", "tenant", "root"]] = "root"
+    kind: Literal["RepositoryConfig"]
+    metadata: Metadata
+    spec: RepositoryConfigSpec
+
+
+# --- provider kinds -------------------------------------------------------------------------
+
+
+class NetworkManagerSpec(_Model):
+    role: Literal["fabric", "k8s"]
+    plugin: str = Field(min_length=1, description="Entry point in the group unet.managers")
+    regions: list[Name] = Field(min_length=1)
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Plugin settings; values `${ENV_NAME}` are read from the environment",
+    )
+
+
+class NetworkManager(_ProviderResource):
+    kind: Literal["NetworkManager"]
+    spec: NetworkManagerSpec
+
+
+class SegmentRange(_Model):
+    start: int = Field(ge=1, le=4094)
+    end: int = Field(ge=1, le=4094)
+
+
+class NetworkClassSpec(_Model):
+    region: Name
+    default: bool = False
+    fabric_manager: Name | None = None
+    k8s_manager: Name | None = Field(default=None, alias="k8sManager")
+    disable_capabilities: list[Capability] = Field(default_factory=list)
+    vip_prefix_length: int | None = Field(
+        default=None,
+        ge=1,
+        le=32,
+        description="Reserve the last /N block of every IPv4 subnet for cluster VIPs",
+    )
+    segment_range: SegmentRange = Field(default_factory=lambda: SegmentRange(start=100, end=3999))
+
+
+class NetworkClass(_ProviderResource):
+    kind: Literal["NetworkClass"]
+    spec: NetworkClassSpec
+
+
+class ExternalIPPoolSpec(_Model):
+    region: Name
+    cidr: Cidr
+    gateway: Address | None = Field(default=None, description="Default: the first host")
+    ranges: list[AddressRange] | None = Field(
+        default=None, description="Default: the CIDR minus network, broadcast and gateway"
+    )
+    exclude: list[Address] = Field(default_factory=list)
+    tenants: list[Name] | None = Field(default=None, description="Default: all tenants")
+
+
+class ExternalIPPool(_ProviderResource):
+    kind: Literal["ExternalIPPool"]
+    spec: ExternalIPPoolSpec
+
+
+TenantKindName = Literal[
+    "VirtualNetwork",
+    "Subnet",
+    "SecurityGroup",
+    "ExternalIP",
+    "ExternalIPAttachment",
+    "NATGateway",
+    "ComputeInstance",
+    "BaremetalInstance",
+    "Cluster",
+]
+
+DEFAULT_ALLOWED_CIDRS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
+
+
+class TenantSpec(_Model):
+    regions: list[Name]
+    allowed_cidrs: list[Cidr] = Field(default_factory=lambda: list(DEFAULT_ALLOWED_CIDRS))
+    quotas: dict[TenantKindName, Annotated[int, Field(ge=0)]] | None = None
+
+
+class Tenant(_ProviderResource):
+    kind: Literal["Tenant"]
+    spec: TenantSpec
+
+
+class HostInterface(_Model):
+    name: str = Field(min_length=1, max_length=63)
+    role: Literal["fabric", "management", "storage", "lifecycle"]
+
+
+class HostTypeSpec(_Model):
+    interfaces: list[HostInterface] = Field(min_length=1)
+
+
+class HostType(_ProviderResource):
+    kind: Literal["HostType"]
+    spec: HostTypeSpec
+
+
+# --- tenant kinds ---------------------------------------------------------------------------
+
+
+class VirtualNetworkSpec(_Model):
+    region: Name
+    network_class: Name | None = Field(default=None, description="Default: the region's default")
+    ipv4_cidr: Cidr | None = None
+    ipv6_cidr: Cidr | None = None
+
+
+class VirtualNetwork(_TenantResource):
+    kind: Literal["VirtualNetwork"]
+    spec: VirtualNetworkSpec
+
+
+class Route(_Model):
+    destination: Cidr
+    nexthop: Address
+
+
+class SubnetSpec(_Model):
+    virtual_network: Name
+    ipv4_cidr: Cidr | None = None
+    ipv6_cidr: Cidr | None = None
+    gateway: Address | None = Field(default=None, description="Default: the first host")
+    ipv6_gateway: Address | None = Field(default=None, description="Default: the first host")
+    allocation_ranges: list[AddressRange] | None = None
+    exclude_addresses: list[Address] = Field(default_factory=list)
+    dns_servers: list[Address] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list)
+    mtu: int = 1500
+    dhcp: bool = True
+
+
+class Subnet(_TenantResource):
+    kind: Literal["Subnet"]
+    spec: SubnetSpec
+
+
+class Rule(_Model):
+    protocol: Literal["tcp", "udp", "icmp", "all"]
+    port_from: int | None = None
+    port_to: int | None = None
+    icmp_type: int | None = None
+    icmp_code: int | None = None
+    cidr: Cidr | None = Field(default=None, description="Source (ingress) or destination (egress)")
+    security_group: Name | None = Field(
+        default=None, description="The ports that use this group of the same VirtualNetwork"
+    )
+
+
+class SecurityGroupSpec(_Model):
+    virtual_network: Name
+    ingress: list[Rule] = Field(default_factory=list)
+    egress: list[Rule] = Field(default_factory=list)
+
+
+class SecurityGroup(_TenantResource):
+    kind: Literal["SecurityGroup"]
+    spec: SecurityGroupSpec
+
+
+class ExternalIPSpec(_Model):
+    pool: Name
+    address: Address | None = Field(default=None, description="Default: allocated")
+
+
+class ExternalIP(_TenantResource):
+    kind: Literal["ExternalIP"]
+    spec: ExternalIPSpec
+
+
+class AttachmentTarget(_Model):
+    kind: Literal["ComputeInstance", "Cluster", "BaremetalInstance"]
+    name: Name
+    endpoint: Literal["api", "ingress"] | None = Field(
+        default=None, description="Required for a Cluster, forbidden otherwise"
+    )
+
+
+class ExternalIPAttachmentSpec(_Model):
+    external_ip: Name = Field(alias="externalIP")
+    target: AttachmentTarget
+
+
+class ExternalIPAttachment(_TenantResource):
+    kind: Literal["ExternalIPAttachment"]
+    spec: ExternalIPAttachmentSpec
+
+
+class NATGatewaySpec(_Model):
+    virtual_network: Name
+    external_ip: Name = Field(alias="externalIP")
+
+
+class NATGateway(_TenantResource):
+    kind: Literal["NATGateway"]
+    spec: NATGatewaySpec
+
+
+MacAddress = Annotated[str, Field(pattern=r"^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$")]
+
+
+class NetworkAttachment(_Model):
+    subnet: Name
+    security_groups: list[Name] = Field(default_factory=lambda: ["default"])
+    ip_address: Address | None = None
+    ipv6_address: Address | None = None
+    mac_address: MacAddress | None = None
+    primary: bool | None = Field(default=None, description="Required on one of several")
+
+
+class BaremetalAttachment(NetworkAttachment):
+    interface: str | None = Field(default=None, description="An interface of the HostType")
+
+
+class ComputeInstanceSpec(_Model):
+    network_attachments: list[NetworkAttachment] = Field(min_length=1, max_length=8)
+
+
+class ComputeInstance(_TenantResource):
+    kind: Literal["ComputeInstance"]
+    spec: ComputeInstanceSpec
+
+
+class BaremetalInstanceSpec(_Model):
+    host_type: Name
+    network_attachments: list[BaremetalAttachment] = Field(min_length=1)
+
+
+class BaremetalInstance(_TenantResource):
+    kind: Literal["BaremetalInstance"]
+    spec: BaremetalInstanceSpec
+
+
+class ClusterNetwork(_Model):
+    pod_cidr: Cidr = "10.128.0.0/14"
+    service_cidr: Cidr = "172.30.0.0/16"
+
+
+class ClusterSpec(_Model):
+    network_attachments: list[NetworkAttachment] = Field(min_length=1, max_length=1)
+    network: ClusterNetwork = Field(default_factory=ClusterNetwork)
+    api_vip: Address | None = None
+    ingress_vip: Address | None = None
+
+
+class Cluster(_TenantResource):
+    kind: Literal["Cluster"]
+    spec: ClusterSpec
+
+
+Resource = (
+    RepositoryConfig
+    | NetworkManager
+    | NetworkClass
+    | ExternalIPPool
+    | Tenant
+    | HostType
+    | VirtualNetwork
+    | Subnet
+    | SecurityGroup
+    | ExternalIP
+    | ExternalIPAttachment
+    | NATGateway
+    | ComputeInstance
+    | BaremetalInstance
+    | Cluster
+)
+
+KINDS: dict[str, type[_Resource]] = {
+    model.model_fields["kind"].annotation.__args__[0]: model  # type: ignore[union-attr]
+    for model in Resource.__args__  # type: ignore[attr-defined]
+}
+PROVIDER_KINDS = frozenset(k for k, m in KINDS.items() if m.scope == "provider")
+TENANT_KINDS = frozenset(k for k, m in KINDS.items() if m.scope == "tenant")
+WORKLOAD_KINDS = ("ComputeInstance", "BaremetalInstance", "Cluster")

@@ -1,0 +1,282 @@
+"""Stage `schema`: structural validation of documents, then typed models.
+
+The JSON Schemas are generated from the pydantic models and committed under
+`schemas/`; validation reads those files. A compiled validator (fastjsonschema)
+accepts the common, valid document quickly; a document it rejects is run
+through jsonschema to collect every error with its path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import fastjsonschema
+import jsonschema
+import pydantic
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
+
+from .diagnostics import Diagnostic, json_pointer
+from .load import Document
+from .models import API_VERSION, DNS_LABEL, KINDS
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMA_ID_BASE = "https://unet.dev/schemas/v1alpha1/"
+COMBINED_SCHEMA = "unet.schema.json"
+
+
+class _ManifestSchema(GenerateJsonSchema):
+    """Schemas for people and editors: no generated titles, optional fields not nullable."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        value = super().model_schema(schema)
+        value.pop("title", None)
+        return value
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        value = super().default_schema(schema)
+        if value.get("default", 0) is None:
+            del value["default"]
+        return value
+
+
+def schema_file_name(kind: str) -> str:
+    return f"{kind}.schema.json"
+
+
+def generate_schemas() -> dict[str, dict[str, Any]]:
+    """File name → JSON Schema, for every kind plus the combined editor schema."""
+    files: dict[str, dict[str, Any]] = {}
+    for kind, model in KINDS.items():
+        schema = model.model_json_schema(schema_generator=_ManifestSchema)
+        files[schema_file_name(kind)] = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": SCHEMA_ID_BASE + schema_file_name(kind),
+            "title": kind,
+            **schema,
+        }
+    files[COMBINED_SCHEMA] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID_BASE + COMBINED_SCHEMA,
+        "title": "unet manifest",
+        "description": "Any unet manifest; the kind selects the schema.",
+        "type": "object",
+        "required": ["apiVersion", "kind"],
+        "properties": {
+            "apiVersion": {"const": API_VERSION},
+            "kind": {"enum": sorted(KINDS)},
+        },
+        "allOf": [
+            {
+                "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
+                "then": {"$ref": schema_file_name(kind)},
+            }
+            for kind in sorted(KINDS)
+        ],
+    }
+    return files
+
+
+def render_schema_file(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+@cache
+def kind_schemas() -> dict[str, dict[str, Any]]:
+    """The committed schema of every kind (generated ones when the files are not there)."""
+    if SCHEMA_DIR.is_dir():
+        return {
+            kind: json.loads((SCHEMA_DIR / schema_file_name(kind)).read_text())
+            for kind in KINDS
+        }
+    generated = generate_schemas()
+    return {kind: generated[schema_file_name(kind)] for kind in KINDS}
+
+
+@cache
+def _fast_validator(kind: str) -> Any:
+    return fastjsonschema.compile(kind_schemas()[kind])
+
+
+@cache
+def _full_validator(kind: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(kind_schemas()[kind])
+
+
+@dataclass(slots=True)
+class Manifest:
+    """A document that passed the schema, with its typed model."""
+
+    doc: Document
+    obj: Any  # one of models.Resource
+
+    @property
+    def kind(self) -> str:
+        return self.obj.kind  # type: ignore[no-any-return]
+
+    @property
+    def name(self) -> str:
+        return self.obj.metadata.name  # type: ignore[no-any-return]
+
+    @property
+    def tenant(self) -> str | None:
+        return self.doc.tenant
+
+    @property
+    def identity(self) -> tuple[str, str | None, str]:
+        return (self.kind, self.tenant if self.obj.scope == "tenant" else None, self.name)
+
+    @property
+    def ref(self) -> str:
+        """`Kind/tenant/name` for tenant kinds, `Kind/name` otherwise."""
+        kind, tenant, name = self.identity
+        return f"{kind}/{tenant}/{name}" if tenant else f"{kind}/{name}"
+
+
+def validate_documents(documents: list[Document]) -> tuple[list[Manifest], list[Diagnostic]]:
+    manifests: list[Manifest] = []
+    diagnostics: list[Diagnostic] = []
+    for doc in documents:
+        problems = list(_shape_problems(doc))
+        if problems:
+            diagnostics.extend(problems)
+            continue
+        try:
+            obj = KINDS[doc.data["kind"]].model_validate(doc.data)
+        except pydantic.ValidationError as exc:  # the schema and model disagree: still no crash
+            diagnostics.extend(_pydantic_problems(doc, exc))
+            continue
+        manifests.append(Manifest(doc, obj))
+    return manifests, diagnostics
+
+
+def _shape_problems(doc: Document) -> Iterator[Diagnostic]:
+    data = doc.data
+    if not isinstance(data, dict):
+        found = "a list" if isinstance(data, list) else f"a {_type_name(data)}"
+        yield _diag(doc, "SCHEMA_TYPE", (), f"a manifest must be a mapping, found {found}",
+                    "start the document with apiVersion, kind and metadata")
+        return
+    kind = data.get("kind")
+    if "apiVersion" not in data or "kind" not in data:
+        for key in ("apiVersion", "kind"):
+            if key not in data:
+                yield _diag(doc, "SCHEMA_REQUIRED", (), f"'{key}' is missing",
+                            f"every manifest starts with apiVersion: {API_VERSION} and a kind")
+        return
+    if data["apiVersion"] != API_VERSION:
+        yield _diag(doc, "UNKNOWN_KIND", ("apiVersion",),
+                    f"unknown apiVersion {data['apiVersion']!r}", f"use {API_VERSION}")
+        return
+    if not isinstance(kind, str) or kind not in KINDS:
+        close = difflib.get_close_matches(str(kind), KINDS, n=1)
+        yield _diag(doc, "UNKNOWN_KIND", ("kind",), f"unknown kind {kind!r}",
+                    f"did you mean {close[0]}?" if close else
+                    "known kinds: " + ", ".join(sorted(KINDS)))
+        return
+    try:
+        _fast_validator(kind)(data)
+        return
+    except fastjsonschema.JsonSchemaException:
+        pass
+    errors = sorted(_full_validator(kind).iter_errors(data), key=lambda e: list(e.absolute_path))
+    for error in errors:
+        yield from _schema_error(doc, error)
+
+
+def _schema_error(doc: Document, error: jsonschema.ValidationError) -> Iterator[Diagnostic]:
+    path = tuple(error.absolute_path)
+    instance, validator = error.instance, error.validator
+    if validator == "required":
+        for key in error.validator_value:
+            if isinstance(instance, dict) and key not in instance:
+                yield _diag(doc, "SCHEMA_REQUIRED", (*path, key), f"'{key}' is missing",
+                            None, line_path=path)
+    elif validator == "additionalProperties":
+        known = list(error.schema.get("properties", {}))
+        for key in instance:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else (
+                    "allowed here: " + ", ".join(known) if known else None)
+                yield _diag(doc, "SCHEMA_UNKNOWN_FIELD", (*path, key),
+                            f"unknown field '{key}'", hint)
+    else:
+        yield _diag(doc, "SCHEMA_TYPE", path, _type_message(error), None)
+
+
+def _type_message(error: jsonschema.ValidationError) -> str:
+    instance, validator, expected = error.instance, error.validator, error.validator_value
+    field = str(error.absolute_path[-1]) if error.absolute_path else "the document"
+    if isinstance(field, int) or field.isdigit():
+        field = "this item"
+    if validator == "type":
+        return f"{field} must be {_article(expected)}, found {_describe(instance)}"
+    if validator in ("enum", "const"):
+        options = expected if validator == "enum" else [expected]
+        return f"{field} must be one of {', '.join(map(str, options))}; found {_describe(instance)}"
+    if validator == "pattern" and expected == DNS_LABEL:
+        return (f"{field} {_describe(instance)} is not a DNS label: lower-case letters, digits "
+                "and '-', starting and ending with a letter or digit")
+    if validator == "pattern":
+        return f"{field} {_describe(instance)} does not match the expected form"
+    if validator in ("minLength", "maxLength"):
+        return f"{field} must have {validator[:3]}imum length {expected}"
+    if validator in ("minItems", "maxItems"):
+        return f"{field} must have {'at least' if validator == 'minItems' else 'at most'} " \
+               f"{expected} item{'s' if expected != 1 else ''}"
+    if validator in ("minimum", "maximum"):
+        return f"{field} must be {'at least' if validator == 'minimum' else 'at most'} " \
+               f"{expected}; found {instance}"
+    return f"{field}: {error.message}"
+
+
+_JSON_TYPES = {"string": "a string", "integer": "an integer", "boolean": "true or false",
+               "object": "a mapping", "array": "a list", "number": "a number", "null": "empty"}
+
+
+def _article(expected: Any) -> str:
+    if isinstance(expected, list):
+        return " or ".join(_JSON_TYPES.get(t, t) for t in expected)
+    return _JSON_TYPES.get(expected, str(expected))
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {str: "string", int: "integer", float: "number", dict: "mapping",
+            list: "list"}.get(type(value), type(value).__name__)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict | list) or value is None:
+        return _article({dict: "object", list: "array"}.get(type(value), "null"))
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _pydantic_problems(doc: Document, exc: pydantic.ValidationError) -> Iterator[Diagnostic]:
+    for error in exc.errors():
+        path = tuple(error["loc"])
+        yield _diag(doc, "SCHEMA_TYPE", path, error["msg"], None)
+
+
+def _diag(doc: Document, code: str, path: tuple[Any, ...], message: str, hint: str | None,
+          line_path: tuple[Any, ...] | None = None) -> Diagnostic:
+    return Diagnostic(code, message, file=doc.file,
+                      line=doc.line_of(path if line_path is None else line_path),
+                      path=json_pointer(path), hint=hint)

@@ -1,0 +1,61 @@
+"""The validation pipeline: load → schema → check, for a folder or a Git revision."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .check import Context, check
+from .diagnostics import Diagnostic
+from .load import (
+    DEFAULT_MAX_FILE_BYTES,
+    Document,
+    SourceFile,
+    folder_files,
+    git_files,
+    load_documents,
+)
+from .plugins import installed_plugins
+from .schema import Manifest, validate_documents
+
+
+@dataclass
+class Validation:
+    documents: list[Document]
+    manifests: list[Manifest]
+    context: Context | None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    files: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.diagnostics)
+
+
+def repo_files(path: Path, rev: str | None) -> Iterator[SourceFile | Diagnostic]:
+    """The manifest files of the repo at `path`: the folder itself, or a Git revision of it."""
+    return git_files(path, rev) if rev else folder_files(path)
+
+
+def validate_files(files: Iterator[SourceFile | Diagnostic],
+                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Validation:
+    counted: list[SourceFile | Diagnostic] = []
+
+    def counting() -> Iterator[SourceFile | Diagnostic]:
+        for item in files:
+            counted.append(item)
+            yield item
+
+    documents, diagnostics = load_documents(counting(), max_file_bytes)
+    manifests, problems = validate_documents(documents)
+    diagnostics += problems
+    context, problems = check(manifests, installed_plugins())
+    diagnostics += problems
+    n_files = sum(1 for item in counted if isinstance(item, SourceFile))
+    return Validation(documents, manifests, context, diagnostics, n_files)
+
+
+def validate_repo(path: Path, rev: str | None = None,
+                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Validation:
+    return validate_files(repo_files(path, rev), max_file_bytes)

@@ -1,0 +1,41 @@
+"""The example network repo validates clean, from the folder and from Git objects."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from reconciler.cli import main
+from reconciler.validate import validate_repo
+
+from .conftest import EXAMPLE
+
+
+def test_example_is_valid_with_one_pending_attachment() -> None:
+    result = validate_repo(EXAMPLE)
+    assert result.ok, [d for d in result.diagnostics if d.is_error]
+    assert [d.code for d in result.diagnostics] == ["TARGET_PENDING"]
+    kinds = {m.kind for m in result.manifests}
+    assert len(kinds) == 15, "the example uses every kind"
+
+
+def test_cli_exit_code_and_json(capsys) -> None:
+    assert main(["validate", str(EXAMPLE), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] is True
+    assert report["summary"]["warnings"] == 1
+    assert report["diagnostics"][0]["code"] == "TARGET_PENDING"
+
+
+def test_rev_mode_reads_git_objects_not_the_work_tree(example_copy: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(example_copy), *args], check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
+    (example_copy / "unet.yaml").write_text("not: [valid")  # only the work tree is broken
+    assert validate_repo(example_copy, "HEAD").ok
+    assert not validate_repo(example_copy).ok
