@@ -16,6 +16,7 @@ from .load import (
     git_files,
     load_documents,
 )
+from .models import KINDS
 from .plugins import installed_plugins
 from .schema import Manifest, validate_documents
 
@@ -50,10 +51,25 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
     documents, diagnostics = load_documents(counting(), max_file_bytes)
     manifests, problems = validate_documents(documents)
     diagnostics += problems
-    context, problems = check(manifests, installed_plugins())
+    context, problems = check(manifests, installed_plugins(), _unreadable(documents, manifests))
     diagnostics += problems
     n_files = sum(1 for item in counted if isinstance(item, SourceFile))
     return Validation(documents, manifests, context, diagnostics, n_files)
+
+
+def _unreadable(documents: list[Document],
+                manifests: list[Manifest]) -> set[tuple[str, str | None, str]]:
+    """Identities of the documents that did not become manifests, where they can be read."""
+    valid = {id(m.doc) for m in manifests}
+    found: set[tuple[str, str | None, str]] = set()
+    for doc in documents:
+        if id(doc) in valid or not isinstance(doc.data, dict):
+            continue
+        kind, metadata = doc.data.get("kind"), doc.data.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+        if isinstance(kind, str) and kind in KINDS and isinstance(name, str):
+            found.add((kind, doc.tenant if KINDS[kind].scope == "tenant" else None, name))
+    return found
 
 
 def validate_repo(path: Path, rev: str | None = None,

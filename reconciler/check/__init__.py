@@ -23,9 +23,17 @@ from .workloads import check_host_types, check_workloads
 __all__ = ["Context", "check"]
 
 
-def check(manifests: list[Manifest], plugins: dict[str, Any]) -> tuple[Context, list[Diagnostic]]:
-    """Run every rule; the context carries what later stages need (classes, address spaces)."""
-    ctx = Context(manifests=manifests, plugins=plugins)
+def check(
+    manifests: list[Manifest],
+    plugins: dict[str, Any],
+    unreadable: set[tuple[str, str | None, str]] | None = None,
+) -> tuple[Context, list[Diagnostic]]:
+    """Run every rule; the context carries what later stages need (classes, address spaces).
+
+    `unreadable` names documents that failed the schema: references to them are not
+    reported again as REF_NOT_FOUND.
+    """
+    ctx = Context(manifests=manifests, plugins=plugins, unreadable=unreadable or set())
     ctx.manifests = check_placement(ctx)
     check_managers(ctx)
     check_classes(ctx)

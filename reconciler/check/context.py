@@ -43,6 +43,8 @@ class Context:
     subnets: dict[tuple[str, str], dict[int, AddressSpace]] = field(default_factory=dict)
     pools: dict[str, AddressSpace] = field(default_factory=dict)
     invalid: set[int] = field(default_factory=set)  # id() of manifests that failed a check
+    # Identities of documents that failed the schema: declared, so no REF_NOT_FOUND for them.
+    unreadable: set[tuple[str, str | None, str]] = field(default_factory=set)
 
     def kind(self, kind: str) -> list[Manifest]:
         return self.by_kind.get(kind, [])
@@ -82,7 +84,7 @@ class Context:
     ) -> Manifest | None:
         """Resolve a reference or report REF_NOT_FOUND."""
         found = self.get(kind, tenant, name)
-        if found is None:
+        if found is None and (kind, tenant, name) not in self.unreadable:
             where = f" in tenant {tenant}" if tenant else ""
             self.report("REF_NOT_FOUND", manifest, path, f"no {kind} named '{name}'{where}",
                         _similar_hint(self, kind, tenant, name))

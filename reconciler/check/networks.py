@@ -160,10 +160,12 @@ def check_subnets(ctx: Context) -> None:
             parse_ip(ctx, subnet, ("spec", "dnsServers", index), server)
         for index, route in enumerate(spec.routes):
             _check_route(ctx, subnet, index, route, spaces)
-    for members in by_network.values():
+    for (_tenant, _vn, version), members in by_network.items():
+        field = "ipv4Cidr" if version == 4 else "ipv6Cidr"
         for earlier, later in overlaps(members):
-            ctx.report("SUBNET_OVERLAP", later, ("spec",),
-                       f"subnet '{later.name}' overlaps subnet '{earlier.name}' of the same "
+            mine, theirs = (ctx.subnets[(m.tenant, m.name)][version].net for m in (later, earlier))
+            ctx.report("SUBNET_OVERLAP", later, ("spec", field),
+                       f"{mine} overlaps subnet '{earlier.name}' ({theirs}) of the same "
                        "VirtualNetwork")
 
 
