@@ -91,8 +91,10 @@ def _class_managers(ctx: Context, cls: Manifest) -> list[Any] | None:
                        f"add {spec.region} to its spec.regions")
             ok = False
         plugin = ctx.plugins.get(manager.obj.spec.plugin)
-        if plugin is not None:
-            plugins.append(plugin)
+        if plugin is None:  # PLUGIN_UNKNOWN is reported; the capabilities are unknown
+            ok = False
+            continue
+        plugins.append(plugin)
     return plugins if ok else None
 
 

@@ -25,6 +25,7 @@ class AddressSpace:
     reserved: set[int]  # never handed out: network, broadcast, gateway, excluded
     ranges: list[tuple[int, int]]  # where allocation draws from
     vip_block: tuple[int, int] | None = None  # cluster VIPs only
+    ranges_known: bool = True  # False when a declared range was rejected: capacity unknown
     owner: str = ""  # "Subnet/acme/web"
 
 

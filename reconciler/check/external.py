@@ -41,7 +41,8 @@ def check_external_ips(ctx: Context) -> None:
         if ip is None:
             continue
         value = int(ip)
-        if value in space.reserved or not any(a <= value <= b for a, b in space.ranges):
+        outside = space.ranges_known and not any(a <= value <= b for a, b in space.ranges)
+        if value in space.reserved or outside:
             ctx.report("ADDRESS_INVALID", eip, ("spec", "address"),
                        f"{ip} is not an allocatable address of ExternalIPPool '{pool.name}'",
                        "leave address out to have one allocated")
@@ -57,6 +58,8 @@ def check_external_ips(ctx: Context) -> None:
 
 def _check_capacity(ctx: Context, pool_name: str, eips: list[Manifest]) -> None:
     space = ctx.pools[pool_name]
+    if not space.ranges_known:
+        return  # a rejected range is reported; the pool's size is unknown
     capacity = sum(last - first + 1 for first, last in space.ranges)
     capacity -= sum(1 for a in space.reserved if any(lo <= a <= hi for lo, hi in space.ranges))
     if len(eips) <= capacity:

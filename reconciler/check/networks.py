@@ -209,7 +209,7 @@ def _subnet_spaces(ctx: Context, subnet: Manifest, vn: Manifest,
         space.owner = subnet.ref
         if version == 4 and vip_prefix is not None:
             _apply_vip_block(space, vip_prefix)
-        if _available(space) <= 0:
+        if space.ranges_known and _available(space) <= 0:
             ctx.report("SUBNET_TOO_SMALL", subnet, ("spec", field),
                        f"{net} leaves no address for ports after the reserved ones",
                        "use a larger subnet" + (f" (the class reserves the last /{vip_prefix} "
@@ -290,7 +290,8 @@ def _address_space(
     else:
         parsed = _check_ranges(ctx, manifest, net, gateway, ranges, ranges_path,
                                range_index or list(range(len(ranges))))
-    return AddressSpace(net=net, gateway=gateway, reserved=reserved, ranges=parsed)
+    return AddressSpace(net=net, gateway=gateway, reserved=reserved, ranges=parsed,
+                        ranges_known=ranges is None or len(parsed) == len(ranges))
 
 
 def _check_ranges(
