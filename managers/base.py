@@ -1,17 +1,53 @@
-"""What every manager plugin declares: its name, role, capabilities and config schema."""
+"""The manager contract (ARCHITECTURE.md, "Managers").
+
+A plugin is a class registered under the entry-point group `unet.managers`. It
+declares its name, role, capabilities and config schema as class attributes,
+and is instantiated once per NetworkManager that uses it.
+"""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from reconciler.models import Capability
 
+if TYPE_CHECKING:
+    from reconciler.allocate import Allocations
+    from reconciler.diff import Change
+    from reconciler.model import Model
+    from reconciler.objects import BackendObject
+    from reconciler.order import Step
+
 
 class ManagerPlugin:
-    """Base of manager plugins, registered under the entry-point group `unet.managers`."""
+    """Base of manager plugins."""
 
     name: ClassVar[str]
     role: ClassVar[Literal["fabric", "k8s"]]
     capabilities: ClassVar[frozenset[Capability]]
     #: JSON Schema of the NetworkManager's `spec.config` for this plugin.
     config_schema: ClassVar[dict[str, Any]]
+
+    def __init__(self, manager: str, config: dict[str, Any], installation: str) -> None:
+        self.manager = manager  # the NetworkManager's name: the `manager` of every object
+        self.config = config
+        self.installation = installation
+
+    def render(self, model: Model, allocations: Allocations) -> list[BackendObject]:
+        """The backend objects the model needs from this manager. Pure: no I/O."""
+        raise NotImplementedError
+
+    def observe(self) -> list[BackendObject]:
+        """This installation's objects in the backend, as they are now."""
+        raise NotImplementedError
+
+    def apply(self, steps: Sequence[Sequence[Step]], changes: dict[str, Change],
+              progress: Callable[[int, int], None]) -> Iterator[dict[str, Any]]:
+        """Carry out the waves of steps, batched into as few transactions as is safe."""
+        raise NotImplementedError
+
+    def lock(self, timeout: float) -> AbstractContextManager[None]:
+        """A lock held in the backend itself for the whole apply."""
+        raise NotImplementedError

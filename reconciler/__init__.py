@@ -1,1 +1,3 @@
 """unet: declarative GitOps reconciler for multi-tenant cloud networking."""
+
+__version__ = "0.1.0"

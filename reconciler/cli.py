@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .diagnostics import codes_markdown
 from .load import DEFAULT_MAX_FILE_BYTES, SourceError
@@ -42,6 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--format", choices=("human", "json", "github"), default="human")
     validate.set_defaults(func=_cmd_validate)
 
+    plan = commands.add_parser("plan", help="show what applying the repo would change")
+    _add_repo_arguments(plan)
+    plan.add_argument("--base", metavar="REV",
+                      help="plan between two revisions, without any backend: BASE stands for "
+                           "what the backends hold (pull requests)")
+    plan.add_argument("--head", metavar="REV",
+                      help="with --base: the revision to plan (default: the files on disk)")
+    plan.add_argument("-o", "--out", type=Path, metavar="FILE", help="save the plan as JSON")
+    plan.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    plan.add_argument("--detailed-exitcode", action="store_true",
+                      help="exit 2 when the plan has changes, 0 when it has none")
+    plan.set_defaults(func=_cmd_plan)
+
+
     schema = commands.add_parser("schema", help="write the JSON Schemas of every kind")
     schema.add_argument("--out", type=Path, default=None,
                         help="folder to write (default: schemas/ of the unet source tree)")
@@ -55,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = commands.add_parser("show", help="show a resolved object")
     show_what = show.add_subparsers(dest="what", required=True, parser_class=_Parser)
+    saved = show_what.add_parser("plan", help="render a saved plan")
+    saved.add_argument("file", type=Path)
+    saved.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    saved.set_defaults(func=_cmd_show_plan)
     network_class = show_what.add_parser("networkclass",
                                          help="a NetworkClass and its effective capabilities")
     network_class.add_argument("name")
@@ -93,6 +113,73 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         render_human(result.diagnostics, summary, out, _display_prefix(args.path, Path.cwd()),
                      use_colour(out))
     return EXIT_OK if result.ok else EXIT_ERROR
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from .pipeline import plan_between
+    from .plan import plan_to_json
+    from .validate import revision_info, validate_repo
+
+    if args.base is None:
+        print("unet: a plan against the live backends needs `unet apply` support, which this "
+              "version does not have yet; plan between revisions with --base REV",
+              file=sys.stderr)
+        return EXIT_ERROR
+    head_rev = args.head or args.rev
+    inputs = {"head": revision_info(args.path, head_rev), "base": revision_info(args.path,
+                                                                              args.base)}
+    head = validate_repo(args.path, head_rev, args.max_file_size)
+    if not head.ok:
+        _print_validation(head, args.path)
+        print("unet: the head revision has errors; no plan", file=sys.stderr)
+        return EXIT_ERROR
+    base = validate_repo(args.path, args.base, args.max_file_size)
+    inputs["base"].update(valid=base.ok, errors=sum(d.is_error for d in base.diagnostics))
+    plan = plan_between(base, head, inputs)
+    plan.diagnostics += [d for d in head.diagnostics if not d.is_error]
+    document = plan_to_json(plan)
+    if args.out:
+        from .plan import dumps
+
+        args.out.write_text(dumps(plan))
+    _print_plan(document, args.format)
+    if not plan.ok:
+        return EXIT_ERROR
+    return EXIT_CHANGES if args.detailed_exitcode and plan.has_changes else EXIT_OK
+
+
+def _print_validation(result: Any, path: Path) -> None:
+    from .report import render_human, summarize, use_colour
+
+    summary = summarize(result.diagnostics, result.files, len(result.documents))
+    render_human(result.diagnostics, summary, sys.stdout, _display_prefix(path, Path.cwd()),
+                 use_colour(sys.stdout))
+
+
+def _print_plan(document: dict[str, Any], fmt: str) -> None:
+    from .plan_render import render_markdown, render_text
+    from .report import use_colour
+
+    if fmt == "json":
+        json.dump(document, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    elif fmt == "markdown":
+        sys.stdout.write(render_markdown(document))
+    else:
+        sys.stdout.write(render_text(document, use_colour(sys.stdout)))
+
+
+def _cmd_show_plan(args: argparse.Namespace) -> int:
+    from .plan import PlanFormatError, check_format
+
+    try:
+        document = json.loads(args.file.read_text())
+        check_format(document)
+    except (OSError, ValueError, PlanFormatError) as exc:
+        print(f"unet: cannot read the plan {args.file}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    _print_plan(document, args.format)
+    return EXIT_OK
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

@@ -70,6 +70,8 @@ class AddressRange(_Model):
 class _Resource(_Model):
     api_version: Literal["network.osac.io/v1alpha1"]
     scope: ClassVar[Literal["provider", "tenant", "root"]] = "provider"
+    #: Fields whose change replaces the object: dotted paths, `*` for every list item.
+    immutable: ClassVar[tuple[str, ...]] = ()
 
     @property
     def name(self) -> str:
@@ -166,6 +168,7 @@ class ExternalIPPoolSpec(_Model):
 
 
 class ExternalIPPool(_ProviderResource):
+    immutable: ClassVar[tuple[str, ...]] = ("spec.cidr",)
     kind: Literal["ExternalIPPool"]
     spec: ExternalIPPoolSpec
 
@@ -221,6 +224,8 @@ class VirtualNetworkSpec(_Model):
 
 
 class VirtualNetwork(_TenantResource):
+    immutable: ClassVar[tuple[str, ...]] = (
+        "spec.region", "spec.networkClass", "spec.ipv4Cidr", "spec.ipv6Cidr")
     kind: Literal["VirtualNetwork"]
     spec: VirtualNetworkSpec
 
@@ -245,6 +250,7 @@ class SubnetSpec(_Model):
 
 
 class Subnet(_TenantResource):
+    immutable: ClassVar[tuple[str, ...]] = ("spec.virtualNetwork", "spec.ipv4Cidr", "spec.ipv6Cidr")
     kind: Literal["Subnet"]
     spec: SubnetSpec
 
@@ -268,6 +274,7 @@ class SecurityGroupSpec(_Model):
 
 
 class SecurityGroup(_TenantResource):
+    immutable: ClassVar[tuple[str, ...]] = ("spec.virtualNetwork",)
     kind: Literal["SecurityGroup"]
     spec: SecurityGroupSpec
 
@@ -278,6 +285,7 @@ class ExternalIPSpec(_Model):
 
 
 class ExternalIP(_TenantResource):
+    immutable: ClassVar[tuple[str, ...]] = ("spec.pool",)
     kind: Literal["ExternalIP"]
     spec: ExternalIPSpec
 
@@ -296,6 +304,8 @@ class ExternalIPAttachmentSpec(_Model):
 
 
 class ExternalIPAttachment(_TenantResource):
+    immutable: ClassVar[tuple[str, ...]] = (
+        "spec.externalIP", "spec.target.kind", "spec.target.name", "spec.target.endpoint")
     kind: Literal["ExternalIPAttachment"]
     spec: ExternalIPAttachmentSpec
 
@@ -306,6 +316,7 @@ class NATGatewaySpec(_Model):
 
 
 class NATGateway(_TenantResource):
+    immutable: ClassVar[tuple[str, ...]] = ("spec.virtualNetwork", "spec.externalIP")
     kind: Literal["NATGateway"]
     spec: NATGatewaySpec
 
@@ -326,11 +337,18 @@ class BaremetalAttachment(NetworkAttachment):
     interface: str | None = Field(default=None, description="An interface of the HostType")
 
 
+_ATTACHMENT_IMMUTABLE = tuple(
+    f"spec.networkAttachments.*.{name}"
+    for name in ("subnet", "ipAddress", "ipv6Address", "macAddress")
+)
+
+
 class ComputeInstanceSpec(_Model):
     network_attachments: list[NetworkAttachment] = Field(min_length=1, max_length=8)
 
 
 class ComputeInstance(_TenantResource):
+    immutable: ClassVar[tuple[str, ...]] = _ATTACHMENT_IMMUTABLE
     kind: Literal["ComputeInstance"]
     spec: ComputeInstanceSpec
 
@@ -341,6 +359,7 @@ class BaremetalInstanceSpec(_Model):
 
 
 class BaremetalInstance(_TenantResource):
+    immutable: ClassVar[tuple[str, ...]] = _ATTACHMENT_IMMUTABLE
     kind: Literal["BaremetalInstance"]
     spec: BaremetalInstanceSpec
 
@@ -358,6 +377,7 @@ class ClusterSpec(_Model):
 
 
 class Cluster(_TenantResource):
+    immutable: ClassVar[tuple[str, ...]] = _ATTACHMENT_IMMUTABLE
     kind: Literal["Cluster"]
     spec: ClusterSpec
 
@@ -387,3 +407,25 @@ KINDS: dict[str, type[_Resource]] = {
 PROVIDER_KINDS = frozenset(k for k, m in KINDS.items() if m.scope == "provider")
 TENANT_KINDS = frozenset(k for k, m in KINDS.items() if m.scope == "tenant")
 WORKLOAD_KINDS = ("ComputeInstance", "BaremetalInstance", "Cluster")
+
+
+def immutable_values(obj: _Resource) -> dict[str, Any]:
+    """The values of an object's immutable fields, by path (list items numbered)."""
+    data = obj.model_dump(by_alias=True, exclude_none=True)
+    out: dict[str, Any] = {}
+    for path in obj.immutable:
+        for concrete, value in _walk(data, path.split("."), []):
+            out[".".join(concrete)] = value
+    return out
+
+
+def _walk(data: Any, parts: list[str], done: list[str]) -> list[tuple[list[str], Any]]:
+    if not parts:
+        return [(done, data)]
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        items = data if isinstance(data, list) else []
+        return [hit for i, item in enumerate(items) for hit in _walk(item, rest, [*done, str(i)])]
+    if isinstance(data, dict) and head in data:
+        return _walk(data[head], rest, [*done, head])
+    return [([*done, head], None)]

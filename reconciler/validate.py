@@ -11,6 +11,7 @@ from .diagnostics import Diagnostic
 from .load import (
     DEFAULT_MAX_FILE_BYTES,
     Document,
+    SourceError,
     SourceFile,
     folder_files,
     git_files,
@@ -70,6 +71,24 @@ def _unreadable(documents: list[Document],
         if isinstance(kind, str) and kind in KINDS and isinstance(name, str):
             found.add((kind, doc.tenant if KINDS[kind].scope == "tenant" else None, name))
     return found
+
+
+def revision_info(path: Path, rev: str | None) -> dict[str, object]:
+    """What a plan records of its input: the folder, or the revision and its commit."""
+    info: dict[str, object] = {"path": path.as_posix(), "rev": rev}
+    if rev:
+        import git
+
+        repo = git.Repo(path, search_parent_directories=True)
+        try:
+            info["commit"] = repo.commit(rev).hexsha
+        except (git.BadName, ValueError) as exc:
+            shallow = Path(repo.git_dir, "shallow").exists()
+            hint = (" This clone is shallow: fetch the whole history (actions/checkout with "
+                    "fetch-depth: 0, or git fetch --unshallow).") if shallow else ""
+            raise SourceError(f"revision '{rev}' does not exist in {repo.working_dir}.{hint}") \
+                from exc
+    return info
 
 
 def validate_repo(path: Path, rev: str | None = None,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from managers.base import ManagerPlugin
 from reconciler.models import Capability
+
+if TYPE_CHECKING:
+    from reconciler.allocate import Allocations
+    from reconciler.model import Model
+    from reconciler.objects import BackendObject
 
 
 class KubernetesManager(ManagerPlugin):
@@ -43,6 +48,12 @@ class KubernetesManager(ManagerPlugin):
                 "minLength": 1,
                 "default": "network.osac.io/tenant",
             },
+            "metallbNamespace": {
+                "type": "string",
+                "minLength": 1,
+                "default": "metallb-system",
+                "description": "Namespace of the MetalLB IPAddressPools and L2Advertisements",
+            },
             "leaseNamespace": {
                 "type": "string",
                 "minLength": 1,
@@ -51,3 +62,8 @@ class KubernetesManager(ManagerPlugin):
             },
         },
     }
+
+    def render(self, model: Model, allocations: Allocations) -> list[BackendObject]:
+        from .render import render
+
+        return render(model, allocations, self.manager, self.config)

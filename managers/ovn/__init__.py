@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from managers.base import ManagerPlugin
 from reconciler.models import Capability
+
+if TYPE_CHECKING:
+    from reconciler.allocate import Allocations
+    from reconciler.model import Model
+    from reconciler.objects import BackendObject
 
 _NAME = {"type": "string", "minLength": 1, "maxLength": 63}
 
@@ -38,3 +43,8 @@ class OvnManager(ManagerPlugin):
             "sslCaCert": {"type": "string", "description": "CA certificate for ssl: remotes"},
         },
     }
+
+    def render(self, model: Model, allocations: Allocations) -> list[BackendObject]:
+        from .render import render
+
+        return render(model, allocations, self.manager, self.config)

@@ -1,0 +1,110 @@
+"""Render subnets of k8s-backed classes into objects for every hosting cluster.
+
+Per subnet: an OVN-Kubernetes ClusterUserDefinedNetwork (Localnet, Secondary)
+bridged to the subnet's fabric segment; per subnet with a VIP block: a MetalLB
+IPAddressPool and L2Advertisement. Pure; the segment id is the one allocated
+for the OVN localnet port (one allocation, read by both managers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import netaddr
+
+from reconciler.allocate import Allocations, segment_key
+from reconciler.model import Model
+from reconciler.objects import TAG_ALLOCATION, BackendObject
+from reconciler.schema import Manifest
+
+MAX_EXCLUDE_SUBNETS = 25  # the CUDN CRD's maxItems
+
+
+def object_name(tenant: str | None, subnet: str) -> str:
+    return f"unet.{tenant}.{subnet}"
+
+
+def render(model: Model, allocations: Allocations, manager: str,
+           config: dict[str, Any]) -> list[BackendObject]:
+    out: list[BackendObject] = []
+    clusters = [c["name"] for c in config.get("clusters", [])]
+    for subnet in model.kind("Subnet"):
+        cls = model.class_of(subnet.tenant, subnet.obj.spec.virtual_network)
+        if cls is None or cls.obj.spec.k8s_manager != manager:
+            continue
+        for cluster in clusters:
+            out.extend(_subnet_objects(model, allocations, manager, config, cluster, subnet))
+    return out
+
+
+def _subnet_objects(model: Model, allocations: Allocations, manager: str,
+                    config: dict[str, Any], cluster: str, subnet: Manifest) -> list[BackendObject]:
+    spaces = model.subnet_spaces(subnet.tenant, subnet.name)
+    name = object_name(subnet.tenant, subnet.name)
+    segment = allocations.get(segment_key(subnet.tenant, subnet.name))
+    localnet: dict[str, Any] = {
+        "role": "Secondary",
+        "physicalNetworkName": config.get("physicalNetworkName", "physnet-tenant"),
+        "subnets": [str(spaces[v].net) for v in sorted(spaces)],
+        "mtu": subnet.obj.spec.mtu,
+    }
+    excluded = _excluded(spaces)
+    if excluded:
+        localnet["excludeSubnets"] = excluded
+    unknown: frozenset[str] = frozenset()
+    meta = {}
+    if segment is not None:
+        localnet["vlan"] = {"mode": "Access", "access": {
+            "id": int(segment.value) if segment.known else segment.value}}
+        if not segment.known:
+            unknown = frozenset({"spec"})
+        else:
+            meta[TAG_ALLOCATION + segment_key(subnet.tenant, subnet.name)] = segment.value
+    label = config.get("namespaceLabel", "network.osac.io/tenant")
+    objects = [BackendObject(manager, "ClusterUserDefinedNetwork",
+                             f"{cluster}/ClusterUserDefinedNetwork/{name}", subnet.ref, {
+        "apiVersion": "k8s.ovn.org/v1",
+        "kind": "ClusterUserDefinedNetwork",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {label: str(subnet.tenant)}},
+            "network": {"topology": "Localnet", "localnet": localnet},
+        },
+    }, unknown=unknown, meta=meta)]
+    block = spaces[4].vip_block if 4 in spaces else None
+    if block is not None:
+        objects += _metallb(manager, config, cluster, subnet, name, block)
+    return objects
+
+
+def _excluded(spaces: dict[int, Any]) -> list[str]:
+    """Gateway, reserved addresses and the VIP block, merged into as few CIDRs as possible."""
+    nets = []
+    for space in spaces.values():
+        ends = {space.net.first, space.net.last} if space.net.version == 4 else {space.net.first}
+        for address in sorted(space.reserved - ends):
+            nets.append(netaddr.IPNetwork(netaddr.IPAddress(address, space.net.version)))
+        if space.vip_block is not None:
+            nets += netaddr.iprange_to_cidrs(netaddr.IPAddress(space.vip_block[0], 4),
+                                             netaddr.IPAddress(space.vip_block[1], 4))
+    return [str(n) for n in netaddr.cidr_merge(nets)]
+
+
+def _metallb(manager: str, config: dict[str, Any], cluster: str, subnet: Manifest, name: str,
+             block: tuple[int, int]) -> list[BackendObject]:
+    namespace = config.get("metallbNamespace", "metallb-system")
+    first, last = netaddr.IPAddress(block[0], 4), netaddr.IPAddress(block[1], 4)
+    addresses = [str(c) for c in netaddr.iprange_to_cidrs(first, last)]
+    pool = BackendObject(manager, "IPAddressPool", f"{cluster}/IPAddressPool/{namespace}/{name}",
+                         subnet.ref, {
+        "apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"addresses": addresses, "autoAssign": False},
+    })
+    advertisement = BackendObject(
+        manager, "L2Advertisement", f"{cluster}/L2Advertisement/{namespace}/{name}", subnet.ref, {
+            "apiVersion": "metallb.io/v1beta1", "kind": "L2Advertisement",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"ipAddressPools": [name]},
+        }, refs={"ipAddressPools": (pool.key,)})
+    return [pool, advertisement]

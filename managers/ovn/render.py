@@ -1,0 +1,521 @@
+"""Render the validated model into OVN Northbound rows (ARCHITECTURE.md, "OVN mapping").
+
+Pure: the model and the allocations in, rows out. Names are readable
+(`unet.<tenant>.<...>`), but identity is the `unet:key` tag. Rows of non-root
+tables (ports, ACLs, NAT, routes, gateway chassis) name their parent, since
+OVSDB keeps them only while a parent references them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import netaddr
+
+from reconciler.allocate import (
+    Allocations,
+    external_key,
+    ip_of_port,
+    mac_of_port,
+    port_key,
+    router_gateway_key,
+    segment_key,
+    vip_key,
+)
+from reconciler.allocate import derived_mac as _derived_mac
+from reconciler.model import Model
+from reconciler.objects import (
+    TAG_ALLOCATION,
+    TAG_EXPOSURE,
+    TAG_IMMUTABLE,
+    UNKNOWN,
+    BackendObject,
+    content_hash,
+)
+from reconciler.schema import Manifest
+
+# ACL priorities: the per-network default drop, infrastructure allows above it,
+# security-group rules above both.
+PRIORITY_DROP = 1000
+PRIORITY_INFRA = 1001
+PRIORITY_RULE = 1002
+DHCP_LEASE_TIME = "43200"
+
+
+def ident(*parts: str | None) -> str:
+    """A name usable in OVN match expressions (`@pg`, `$as`): dots, no hyphens."""
+    return ".".join(str(p).replace("-", "_") for p in parts)
+
+
+def key(table: str, *parts: str | None) -> str:
+    return "/".join([table, *(str(p) for p in parts)])
+
+
+@dataclass
+class _Out:
+    manager: str
+    rows: list[BackendObject]
+
+    def add(self, table: str, row_key: str, owner: str, fields: dict[str, Any],
+            refs: dict[str, tuple[str, ...]] | None = None,
+            parent: tuple[str, str] | None = None, unknown: frozenset[str] = frozenset(),
+            meta: dict[str, str] | None = None) -> None:
+        self.rows.append(BackendObject(self.manager, table, row_key, owner, fields,
+                                       refs or {}, parent, unknown, meta or {}))
+
+
+def render(model: Model, allocations: Allocations, manager: str,
+           config: dict[str, Any]) -> list[BackendObject]:
+    """Every OVN row the model needs from the fabric manager `manager`."""
+    out = _Out(manager, [])
+    renderer = _Renderer(model, allocations, manager, config, out)
+    renderer.run()
+    return out.rows
+
+
+class _Renderer:
+    def __init__(self, model: Model, allocations: Allocations, manager: str,
+                 config: dict[str, Any], out: _Out) -> None:
+        self.model = model
+        self.alloc = allocations
+        self.manager = manager
+        self.external_network = config.get("externalNetwork", "physnet-external")
+        self.chassis = list(config.get("gatewayChassis", ["gw-1"]))
+        self.out = out
+
+    def value(self, alloc_key: str) -> tuple[str, bool]:
+        found = self.alloc.get(alloc_key)
+        if found is None:
+            return UNKNOWN, False
+        return found.value, found.known
+
+    def recorded(self, *alloc_keys: str) -> dict[str, str]:
+        """Tags recording the known allocations a row uses, so later runs keep them."""
+        out = {}
+        for alloc_key in alloc_keys:
+            value, known = self.value(alloc_key)
+            if known:
+                out[TAG_ALLOCATION + alloc_key] = value
+        return out
+
+    def mac(self, identity: str) -> str:
+        return _derived_mac(self.model.installation, identity, set())
+
+    # -- the resources ----------------------------------------------------------------------
+    def _index_ports(self) -> dict[tuple[str | None, str], list[tuple[str, tuple[str, ...]]]]:
+        """(tenant, network) → [(port row key, its security groups)]."""
+        out: dict[tuple[str | None, str], list[tuple[str, tuple[str, ...]]]] = {}
+        for workload in self.model.workloads:
+            vn = self.model.network_of_workload(workload)
+            if vn is None:
+                continue
+            for index, attachment in enumerate(workload.obj.spec.network_attachments):
+                row = key("Logical_Switch_Port", *port_key(workload, index).split("/"))
+                out.setdefault((workload.tenant, vn), []).append(
+                    (row, tuple(attachment.security_groups)))
+        return out
+
+    def run(self) -> None:
+        self.ports = self._index_ports()
+        networks = [vn for vn in self.model.kind("VirtualNetwork") if self._ours(vn)]
+        ours = {(vn.tenant, vn.name) for vn in networks}
+        regions = self._regions()
+        for region in sorted(regions):
+            self._external_switch(region)
+        for vn in networks:
+            self._network(vn)
+        for subnet in self.model.kind("Subnet"):
+            if (subnet.tenant, subnet.obj.spec.virtual_network) in ours:
+                self._subnet(subnet)
+        for group in self._groups(ours):
+            self._security_group(*group)
+        for workload in self.model.workloads:
+            if (workload.tenant, self.model.network_of_workload(workload)) in ours:
+                self._workload_ports(workload)
+        for eip in self.model.kind("ExternalIP"):
+            pool = self.model.get("ExternalIPPool", None, eip.obj.spec.pool)
+            if pool is not None and pool.obj.spec.region in regions:
+                self._reservation(eip)
+        for vn in networks:
+            self._gateway(vn)
+
+    def _ours(self, vn: Manifest) -> bool:
+        cls = self.model.class_of(vn.tenant, vn.name)
+        return cls is not None and cls.obj.spec.fabric_manager == self.manager
+
+    def _regions(self) -> set[str]:
+        manager = self.model.manager(self.manager)
+        return set(manager.obj.spec.regions) if manager is not None else set()
+
+    def _external_switch(self, region: str) -> None:
+        pools = [p for p in self.model.kind("ExternalIPPool") if p.obj.spec.region == region]
+        if not pools:
+            return
+        owner = pools[0].ref
+        switch = key("Logical_Switch", "external", region)
+        self.out.add("Logical_Switch", switch, owner, {
+            "name": f"unet-ext.{region}", "other_config": {},
+        })
+        self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", "external", region,
+                                                "localnet"), owner, {
+            "name": f"unet-ext.{region}.localnet", "type": "localnet",
+            "addresses": ["unknown"], "options": {"network_name": self.external_network},
+            "port_security": [], "tag_request": None,
+        }, parent=(switch, "ports"))
+
+    def _network(self, vn: Manifest) -> None:
+        self.out.add("Logical_Router", key("Logical_Router", vn.tenant, vn.name), vn.ref, {
+            "name": f"unet.{vn.tenant}.{vn.name}", "options": {},
+        })
+        # Every port of the network belongs to this group; its ACLs drop what no rule allows.
+        self._network_group(vn)
+
+    def _network_group(self, vn: Manifest) -> None:
+        group = key("Port_Group", vn.tenant, vn.name)
+        pg = ident("unet", vn.tenant, vn.name)
+        ports = tuple(sorted(port for port, _groups in self.ports.get((vn.tenant, vn.name), ())))
+        self.out.add("Port_Group", group, vn.ref, {"name": pg}, refs={"ports": ports})
+        rules = [
+            ("from-lport", PRIORITY_DROP, f"inport == @{pg} && ip", "drop"),
+            ("to-lport", PRIORITY_DROP, f"outport == @{pg} && ip", "drop"),
+            ("from-lport", PRIORITY_INFRA,
+             f"inport == @{pg} && udp && udp.src == 68 && udp.dst == 67", "allow"),
+            ("from-lport", PRIORITY_INFRA,
+             f"inport == @{pg} && udp && udp.src == 546 && udp.dst == 547", "allow"),
+            ("from-lport", PRIORITY_INFRA, f"inport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
+            ("to-lport", PRIORITY_INFRA, f"outport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
+        ]
+        for direction, priority, match, action in rules:
+            self._acl(group, vn.ref, direction, priority, match, action)
+
+    def _acl(self, group: str, owner: str, direction: str, priority: int, match: str,
+             action: str, meta: dict[str, str] | None = None) -> None:
+        self.out.add("ACL", key("ACL", group.split("/", 1)[1], direction,
+                                content_hash([priority, match, action])), owner, {
+            "direction": direction, "priority": priority, "match": match, "action": action,
+            "log": False, "name": None, "severity": None,
+        }, parent=(group, "acls"), meta=meta)
+
+    def _subnet(self, subnet: Manifest) -> None:
+        t, name, spec = subnet.tenant, subnet.name, subnet.obj.spec
+        vn = spec.virtual_network
+        spaces = self.model.subnet_spaces(t, name)
+        switch = key("Logical_Switch", t, name)
+        router = key("Logical_Router", t, vn)
+        router_port = key("Logical_Router_Port", t, name)
+        mac = self.mac(router_port)
+        gateways = {v: str(_ip(s.gateway, v)) for v, s in spaces.items() if s.gateway is not None}
+        networks = sorted(f"{gateways[v]}/{s.net.prefixlen}" for v, s in spaces.items()
+                          if v in gateways)
+        self.out.add("Logical_Switch", switch, subnet.ref, {
+            "name": f"unet.{t}.{name}",
+            "other_config": {"mtu": str(spec.mtu)},
+        })
+        ra = {"address_mode": "dhcpv6_stateful", "mtu": str(spec.mtu)} \
+            if spec.dhcp and 6 in spaces else {}
+        self.out.add("Logical_Router_Port", router_port, subnet.ref, {
+            "name": f"unet.{t}.{name}.gw", "mac": mac, "networks": networks,
+            "ipv6_ra_configs": ra, "options": {},
+        }, parent=(router, "ports"))
+        self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", t, name, "router"),
+                     subnet.ref, {
+            "name": f"unet.{t}.{name}.router", "type": "router", "addresses": ["router"],
+            "options": {"router-port": f"unet.{t}.{name}.gw"}, "port_security": [],
+            "tag_request": None,
+        }, parent=(switch, "ports"))
+        if spec.dhcp:
+            self._dhcp(subnet, spaces, gateways, mac)
+        self._localnet(subnet, switch)
+
+    def _dhcp(self, subnet: Manifest, spaces: dict[int, Any], gateways: dict[int, str],
+              mac: str) -> None:
+        t, spec = subnet.tenant, subnet.obj.spec
+        dns4 = [d for d in spec.dns_servers if ":" not in d]
+        dns6 = [d for d in spec.dns_servers if ":" in d]
+        if 4 in spaces and 4 in gateways:
+            options = {"server_id": gateways[4], "server_mac": mac, "router": gateways[4],
+                       "lease_time": DHCP_LEASE_TIME, "mtu": str(spec.mtu)}
+            if dns4:
+                options["dns_server"] = "{" + ", ".join(dns4) + "}"
+            routes = [(r.destination, r.nexthop) for r in spec.routes if ":" not in r.nexthop]
+            if routes:  # RFC 3442: clients ignore `router` when classless routes are given
+                routes.append(("0.0.0.0/0", gateways[4]))
+                options["classless_static_route"] = \
+                    "{" + ", ".join(f"{d},{h}" for d, h in routes) + "}"
+            self.out.add("DHCP_Options", key("DHCP_Options", t, subnet.name, "v4"), subnet.ref,
+                         {"cidr": str(spaces[4].net), "options": options})
+        if 6 in spaces:
+            options = {"server_id": mac}
+            if dns6:
+                options["dns_server"] = "{" + ", ".join(dns6) + "}"
+            self.out.add("DHCP_Options", key("DHCP_Options", t, subnet.name, "v6"), subnet.ref,
+                         {"cidr": str(spaces[6].net), "options": options})
+
+    def _localnet(self, subnet: Manifest, switch: str) -> None:
+        cls = self.model.class_of(subnet.tenant, subnet.obj.spec.virtual_network)
+        k8s = self.model.manager(cls.obj.spec.k8s_manager) if cls is not None else None
+        if k8s is None:
+            return
+        physnet = k8s.obj.spec.config.get("physicalNetworkName", "physnet-tenant")
+        segment, known = self.value(segment_key(subnet.tenant, subnet.name))
+        self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", subnet.tenant,
+                                                subnet.name, "localnet"), subnet.ref, {
+            "name": f"unet.{subnet.tenant}.{subnet.name}.localnet", "type": "localnet",
+            "addresses": ["unknown"], "options": {"network_name": physnet},
+            "port_security": [], "tag_request": int(segment) if known else segment,
+        }, parent=(switch, "ports"), unknown=frozenset() if known else frozenset({"tag_request"}),
+            meta=self.recorded(segment_key(subnet.tenant, subnet.name)))
+
+    # -- security groups --------------------------------------------------------------------
+    def _groups(self, ours: set[tuple[str | None, str]]
+                ) -> Iterator[tuple[str | None, str, str, Manifest | None]]:
+        """(tenant, vn, group name, declared group or None for the implicit default)."""
+        declared = {(g.tenant, g.obj.spec.virtual_network, g.name): g
+                    for g in self.model.kind("SecurityGroup")}
+        for tenant, vn in sorted(ours, key=lambda tv: (tv[0] or "", tv[1])):
+            if (tenant, vn, "default") not in declared:
+                yield tenant, vn, "default", None
+        for (tenant, vn, name), group in sorted(declared.items(),
+                                                key=lambda item: item[1].ref):
+            if (tenant, vn) in ours:
+                yield tenant, vn, name, group
+
+    def _security_group(self, tenant: str | None, vn: str, name: str,
+                        group: Manifest | None) -> None:
+        owner = group.ref if group is not None else f"VirtualNetwork/{tenant}/{vn}"
+        pg_key = key("Port_Group", tenant, vn, name)
+        pg = ident("unet", tenant, vn, name)
+        members = tuple(sorted(port for port, groups in self.ports.get((tenant, vn), ())
+                               if name in groups))
+        self.out.add("Port_Group", pg_key, owner, {"name": pg}, refs={"ports": members})
+        if group is None:  # implicit default: ingress from its members, all egress
+            rules = [("ingress", _Rule("all", remote_group="default")),
+                     ("egress", _Rule("all", cidr="0.0.0.0/0")),
+                     ("egress", _Rule("all", cidr="::/0"))]
+        else:
+            rules = [(d, _Rule.of(r)) for d in ("ingress", "egress")
+                     for r in getattr(group.obj.spec, d)]
+        cidrs = list(self.model.network_cidrs(tenant, vn).values())
+        for direction, rule in rules:
+            exposure = rule.exposure(cidrs) if direction == "ingress" else None
+            meta = {TAG_EXPOSURE: f"{exposure} to {pg_key.split('/', 1)[1]}"} if exposure else {}
+            for match in rule.matches(pg, direction, lambda g: ident("unet", tenant, vn, g)):
+                self._acl(pg_key, owner, "to-lport" if direction == "ingress" else "from-lport",
+                          PRIORITY_RULE, match, "allow-related", meta)
+
+    # -- workloads --------------------------------------------------------------------------
+    def _workload_ports(self, workload: Manifest) -> None:
+        t = workload.tenant
+        cluster_vips: list[str] = []
+        if workload.kind == "Cluster":
+            cluster_vips = [self.value(vip_key(t, workload.name, e))[0] for e in ("api", "ingress")]
+            unknown_vips = any(not self.value(vip_key(t, workload.name, e))[1]
+                               for e in ("api", "ingress"))
+        else:
+            unknown_vips = False
+        vip_keys = [vip_key(t, workload.name, e) for e in ("api", "ingress")] \
+            if workload.kind == "Cluster" else []
+        for index, attachment in enumerate(workload.obj.spec.network_attachments):
+            port = port_key(workload, index)
+            spaces = self.model.subnet_spaces(t, attachment.subnet)
+            identity = content_hash([attachment.subnet, attachment.ip_address,
+                                     attachment.ipv6_address, attachment.mac_address])
+            meta = {TAG_IMMUTABLE: identity, **self.recorded(
+                mac_of_port(port), *(ip_of_port(port, v) for v in sorted(spaces)), *vip_keys)}
+            mac, _ = self.value(mac_of_port(port))
+            addresses, unknown = [mac], unknown_vips
+            for version in sorted(spaces):
+                value, known = self.value(ip_of_port(port, version))
+                addresses.append(value)
+                unknown |= not known
+            addresses += cluster_vips
+            entry = " ".join(addresses)
+            refs = {"dhcpv4_options": (key("DHCP_Options", t, attachment.subnet, "v4"),)
+                    if 4 in spaces and self._dhcp_on(t, attachment.subnet) else (),
+                    "dhcpv6_options": (key("DHCP_Options", t, attachment.subnet, "v6"),)
+                    if 6 in spaces and self._dhcp_on(t, attachment.subnet) else ()}
+            self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", *port.split("/")),
+                         workload.ref, {
+                "name": f"unet.{t}.{_short(workload.kind)}.{workload.name}.{index}",
+                "type": "", "addresses": [entry], "port_security": [entry], "options": {},
+                "tag_request": None,
+            }, refs={k: v for k, v in refs.items() if v},
+                parent=(key("Logical_Switch", t, attachment.subnet), "ports"),
+                unknown=frozenset({"addresses", "port_security"}) if unknown else frozenset(),
+                meta=meta)
+
+    def _dhcp_on(self, tenant: str | None, subnet: str) -> bool:
+        found = self.model.get("Subnet", tenant, subnet)
+        return bool(found is not None and found.obj.spec.dhcp)
+
+    # -- external access --------------------------------------------------------------------
+    def _reservation(self, eip: Manifest) -> None:
+        address, known = self.value(external_key(eip.tenant, eip.name))
+        self.out.add("Address_Set", key("Address_Set", eip.tenant, "eip", eip.name), eip.ref, {
+            "name": ident("unet_eip", eip.tenant, eip.name), "addresses": [address],
+        }, unknown=frozenset() if known else frozenset({"addresses"}),
+            meta=self.recorded(external_key(eip.tenant, eip.name)))
+
+    def _gateway(self, vn: Manifest) -> None:
+        t = vn.tenant
+        nat = self.model.nat_gateways.get((t, vn.name))
+        attachments = self.model.active_attachments.get((t, vn.name), [])
+        if nat is None and not attachments:
+            return
+        if nat is not None:
+            eip = self.model.get("ExternalIP", t, nat.obj.spec.external_ip)
+            address_key = external_key(t, nat.obj.spec.external_ip)
+            owner = nat.ref
+        else:
+            eip = self.model.get("ExternalIP", t, attachments[0].obj.spec.external_ip)
+            address_key = router_gateway_key(t, vn.name)
+            owner = vn.ref
+        pool = self.model.get("ExternalIPPool", None, eip.obj.spec.pool) if eip else None
+        space = self.model.pool_space(pool.name) if pool is not None else None
+        if pool is None or space is None:
+            return
+        address, known = self.value(address_key)
+        router = key("Logical_Router", t, vn.name)
+        lrp_key = key("Logical_Router_Port", t, vn.name, "external")
+        lrp_name = f"unet.{t}.{vn.name}.ext"
+        self.out.add("Logical_Router_Port", lrp_key, owner, {
+            "name": lrp_name, "mac": self.mac(lrp_key),
+            "networks": [f"{address}/{space.net.prefixlen}"], "ipv6_ra_configs": {},
+            "options": {},
+        }, parent=(router, "ports"), unknown=frozenset() if known else frozenset({"networks"}),
+            meta=self.recorded(address_key))
+        self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", t, vn.name, "external"),
+                     owner, {
+            "name": f"{lrp_name}.router", "type": "router", "addresses": ["router"],
+            "options": {"router-port": lrp_name}, "port_security": [], "tag_request": None,
+        }, parent=(key("Logical_Switch", "external", pool.obj.spec.region), "ports"))
+        for priority, chassis in enumerate(reversed(self.chassis), start=1):
+            self.out.add("Gateway_Chassis", key("Gateway_Chassis", t, vn.name, chassis), owner, {
+                "name": f"{lrp_name}.{chassis}", "chassis_name": chassis, "priority": priority,
+            }, parent=(lrp_key, "gateway_chassis"))
+        gateway = str(_ip(space.gateway, 4)) if space.gateway is not None else None
+        if gateway is not None:
+            self.out.add("Logical_Router_Static_Route", key("Logical_Router_Static_Route", t,
+                                                            vn.name, "default"), owner, {
+                "ip_prefix": "0.0.0.0/0", "nexthop": gateway, "output_port": lrp_name,
+                "policy": None, "route_table": "",
+            }, parent=(router, "static_routes"))
+        cidrs = self.model.network_cidrs(t, vn.name)
+        if nat is not None and 4 in cidrs:
+            self._nat(router, lrp_key, key("NAT", t, vn.name, "snat"), nat.ref, "snat",
+                      (address, known), str(cidrs[4]))
+        for attachment in attachments:
+            self._dnat(router, lrp_key, attachment)
+
+    def _dnat(self, router: str, lrp_key: str, attachment: Manifest) -> None:
+        t, spec = attachment.tenant, attachment.obj.spec
+        external = self.value(external_key(t, spec.external_ip))
+        target = spec.target
+        if target.kind == "Cluster":
+            internal = self.value(vip_key(t, target.name, target.endpoint))
+        else:
+            workload = self.model.get(target.kind, t, target.name)
+            index = _primary_index(workload) if workload is not None else 0
+            internal = self.value(ip_of_port(f"{t}/{target.kind}/{target.name}/{index}", 4))
+        self._nat(router, lrp_key, key("NAT", t, "attachment", attachment.name), attachment.ref,
+                  "dnat_and_snat", external, internal[0], internal[1])
+
+    def _nat(self, router: str, lrp_key: str, row_key: str, owner: str, kind: str,
+             external: tuple[str, bool], logical_ip: str, logical_known: bool = True) -> None:
+        unknown = set()
+        if not external[1]:
+            unknown.add("external_ip")
+        if not logical_known:
+            unknown.add("logical_ip")
+        self.out.add("NAT", row_key, owner, {
+            "type": kind, "external_ip": external[0], "logical_ip": logical_ip,
+            "external_mac": None, "logical_port": None, "external_port_range": "",
+            "options": {},
+        }, refs={"gateway_port": (lrp_key,)}, parent=(router, "nat"),
+            unknown=frozenset(unknown))
+
+
+@dataclass(frozen=True)
+class _Rule:
+    protocol: str
+    port_from: int | None = None
+    port_to: int | None = None
+    icmp_type: int | None = None
+    icmp_code: int | None = None
+    cidr: str | None = None
+    remote_group: str | None = None
+
+    @classmethod
+    def of(cls, rule: Any) -> _Rule:
+        return cls(rule.protocol, rule.port_from, rule.port_to, rule.icmp_type, rule.icmp_code,
+                   rule.cidr, rule.security_group)
+
+    def matches(self, pg: str, direction: str, group_ident: Any) -> list[str]:
+        """One ACL match per address family the rule covers."""
+        port = "outport" if direction == "ingress" else "inport"
+        peer = "src" if direction == "ingress" else "dst"
+        out = []
+        for family in ("ip4", "ip6"):
+            if family == "ip6" and self.icmp_type is not None:
+                continue  # ICMP types are per family; typed rules are ICMPv4
+            if self.cidr is not None:
+                if (":" in self.cidr) != (family == "ip6"):
+                    continue
+                remote = "" if self.cidr in ("0.0.0.0/0", "::/0") \
+                    else f" && {family}.{peer} == {self.cidr}"
+            else:
+                remote = f" && {family}.{peer} == ${group_ident(self.remote_group)}_{family}"
+            out.append(f"{port} == @{pg} && {family}{remote}{self._l4(family)}")
+        return out
+
+    def exposure(self, network_cidrs: list[Any]) -> str | None:
+        """How the rule opens the group to sources outside its network, if it does."""
+        if self.cidr is None:
+            return None
+        source = netaddr.IPNetwork(self.cidr)
+        if any(source.version == n.version and source in n for n in network_cidrs):
+            return None
+        if self.protocol in ("tcp", "udp"):
+            ports = "all ports" if self.port_from is None else (
+                f"port {self.port_from}" if self.port_from == self.port_to
+                else f"ports {self.port_from}-{self.port_to}")
+            what = f"{self.protocol} {ports}"
+        elif self.protocol == "icmp":
+            what = "icmp" + (f" type {self.icmp_type}" if self.icmp_type is not None else "")
+        else:
+            what = "all traffic"
+        world = " (anywhere)" if source.prefixlen == 0 else ""
+        return f"{what} from {self.cidr}{world}"
+
+    def _l4(self, family: str) -> str:
+        if self.protocol in ("tcp", "udp"):
+            if self.port_from is None:
+                return f" && {self.protocol}"
+            if self.port_from == self.port_to:
+                return f" && {self.protocol}.dst == {self.port_from}"
+            return (f" && {self.protocol}.dst >= {self.port_from} && "
+                    f"{self.protocol}.dst <= {self.port_to}")
+        if self.protocol == "icmp":
+            icmp = "icmp4" if family == "ip4" else "icmp6"
+            text = f" && {icmp}"
+            if self.icmp_type is not None:
+                text += f" && {icmp}.type == {self.icmp_type}"
+            if self.icmp_code is not None:
+                text += f" && {icmp}.code == {self.icmp_code}"
+            return text
+        return ""
+
+
+def _short(kind: str) -> str:
+    return {"ComputeInstance": "vm", "BaremetalInstance": "bm", "Cluster": "cluster"}[kind]
+
+
+def _primary_index(workload: Manifest) -> int:
+    attachments = workload.obj.spec.network_attachments
+    return next((i for i, a in enumerate(attachments) if a.primary), 0)
+
+
+def _ip(value: int, version: int) -> Any:
+    return netaddr.IPAddress(value, version)

@@ -1,0 +1,150 @@
+"""Stage `diff`: desired × observed backend objects → changes with reasons.
+
+Generic over managers: objects are compared by content (fields, references,
+parent, extra tags). Field-level changes come from deepdiff, with sets held as
+sorted lists by the managers so ordering never shows as a change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from deepdiff import DeepDiff
+from deepdiff.helper import NotPresent
+
+from .objects import TAG_IMMUTABLE, BackendObject
+
+CREATE, UPDATE, DELETE, NOOP = "create", "update", "delete", "no-op"
+REPLACE = (DELETE, CREATE)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldChange:
+    path: str  # e.g. "addresses" or "options.router-port"
+    before: Any
+    after: Any
+
+
+@dataclass
+class Change:
+    uid: str
+    before: BackendObject | None
+    after: BackendObject | None
+    actions: tuple[str, ...]
+    reason: str
+    fields: list[FieldChange] = field(default_factory=list)
+
+    @property
+    def obj(self) -> BackendObject:
+        found = self.after or self.before
+        assert found is not None
+        return found
+
+    @property
+    def is_replace(self) -> bool:
+        return self.actions == REPLACE
+
+
+def diff(desired: Mapping[str, BackendObject], observed: Mapping[str, BackendObject],
+         prune: bool = True) -> list[Change]:
+    """One change per object, no-ops included, sorted by uid.
+
+    With `prune` off, observed objects that are no longer desired are kept
+    (reported as no-op with the reason), as Flux does with prune: false.
+    """
+    changes: dict[str, Change] = {}
+    for uid in sorted(desired.keys() | observed.keys()):
+        changes[uid] = _compare(desired.get(uid), observed.get(uid), prune)
+    _cascade_replacements(changes)
+    return [changes[uid] for uid in sorted(changes)]
+
+
+def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool) -> Change:
+    if have is None:
+        assert want is not None
+        return Change(want.uid, None, want, (CREATE,), "not in the backend yet")
+    if want is None:
+        if not prune:
+            return Change(have.uid, have, None, (NOOP,),
+                          "no longer in the repo; kept: prune is off")
+        return Change(have.uid, have, None, (DELETE,), "no longer in the repo")
+    field_changes = _field_changes(have, want)
+    if have.parent != want.parent:
+        return Change(want.uid, have, want, REPLACE,
+                      f"moves from {_parent_text(have)} to {_parent_text(want)}", field_changes)
+    immutable_before = have.meta.get(TAG_IMMUTABLE)
+    immutable_after = want.meta.get(TAG_IMMUTABLE)
+    if immutable_before and immutable_after and immutable_before != immutable_after:
+        return Change(want.uid, have, want, REPLACE,
+                      f"an immutable field of {want.owner} changed", field_changes)
+    if not field_changes:
+        return Change(want.uid, have, want, (NOOP,), "up to date")
+    changed = ", ".join(sorted({c.path.split(".")[0] for c in field_changes}))
+    return Change(want.uid, have, want, (UPDATE,), f"{changed} changed", field_changes)
+
+
+def _field_changes(have: BackendObject, want: BackendObject) -> list[FieldChange]:
+    before, after = _comparable(have), _comparable(want)
+    if before == after:
+        return []
+    # Sets are sorted lists and the order of list items never matters to a backend here.
+    delta = DeepDiff(before, after, ignore_order=True, verbose_level=2, view="tree")
+    out: list[FieldChange] = []
+    for report in delta.values():
+        for item in report:
+            path = ".".join(str(p) for p in item.path(output_format="list"))
+            out.append(FieldChange(path, _plain(item.t1), _plain(item.t2)))
+    return sorted(out, key=lambda c: c.path)
+
+
+def _comparable(obj: BackendObject) -> dict[str, Any]:
+    content = obj.content()
+    content["meta"] = {k: v for k, v in content["meta"].items() if k != TAG_IMMUTABLE}
+    return content
+
+
+def _plain(value: Any) -> Any:
+    return None if isinstance(value, NotPresent) else value
+
+
+def _parent_text(obj: BackendObject) -> str:
+    return obj.parent[0] if obj.parent else "the top level"
+
+
+def _cascade_replacements(changes: dict[str, Change]) -> None:
+    """A row whose parent is replaced is recreated with it (OVSDB drops orphaned children)."""
+    children: dict[str, list[str]] = {}
+    for uid, change in changes.items():
+        parent = change.obj.parent
+        if parent is not None:
+            children.setdefault(f"{change.obj.manager}:{parent[0]}", []).append(uid)
+    pending = [uid for uid, c in changes.items() if c.is_replace]
+    while pending:
+        uid = pending.pop()
+        for child in children.get(uid, ()):
+            change = changes[child]
+            if change.is_replace or change.after is None or change.before is None:
+                continue
+            changes[child] = Change(child, change.before, change.after, REPLACE,
+                                    f"its parent {uid.split(':', 1)[1]} is replaced",
+                                    change.fields)
+            pending.append(child)
+    _refresh_references(changes)
+
+
+def _refresh_references(changes: dict[str, Change]) -> None:
+    """References to a recreated row are weak and vanish with it: the referrer is updated."""
+    replaced = {uid for uid, c in changes.items() if c.is_replace}
+    if not replaced:
+        return
+    for uid, change in changes.items():
+        if change.actions != (NOOP,) or change.after is None or change.before is None:
+            continue
+        manager = change.obj.manager
+        hit = sorted(k for keys in change.after.refs.values() for k in keys
+                     if f"{manager}:{k}" in replaced)
+        if hit:
+            changes[uid] = Change(uid, change.before, change.after, (UPDATE,),
+                                  f"references {hit[0]}, which is replaced")

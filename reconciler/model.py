@@ -1,0 +1,98 @@
+"""The validated model: what render and allocate read, with references resolved."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import cached_property
+from typing import Any
+
+from .check.context import AddressSpace, Context
+from .schema import Manifest
+
+
+class Model:
+    """A revision that passed validation, indexed for the renderers."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    # plain look-ups ---------------------------------------------------------------------------
+    def kind(self, kind: str) -> list[Manifest]:
+        return sorted(self.ctx.kind(kind), key=lambda m: m.ref)
+
+    def get(self, kind: str, tenant: str | None, name: str | None) -> Manifest | None:
+        return self.ctx.get(kind, tenant, name)
+
+    @property
+    def config(self) -> Any:
+        return self.ctx.kind("RepositoryConfig")[0].obj.spec
+
+    @property
+    def installation(self) -> str:
+        return str(self.config.installation)
+
+    def subnet_spaces(self, tenant: str | None, subnet: str) -> dict[int, AddressSpace]:
+        return self.ctx.subnets.get((tenant, subnet), {})
+
+    def pool_space(self, pool: str) -> AddressSpace | None:
+        return self.ctx.pools.get(pool)
+
+    def network_cidrs(self, tenant: str | None, vn: str) -> dict[int, Any]:
+        return self.ctx.networks.get((tenant, vn), {})
+
+    def class_of(self, tenant: str | None, vn: str) -> Manifest | None:
+        return self.get("NetworkClass", None, self.ctx.vn_class.get((tenant, vn)))
+
+    def manager(self, name: str | None) -> Manifest | None:
+        return self.get("NetworkManager", None, name)
+
+    # derived views ----------------------------------------------------------------------------
+    @cached_property
+    def workloads(self) -> list[Manifest]:
+        return [w for kind in ("BaremetalInstance", "Cluster", "ComputeInstance")
+                for w in self.kind(kind)]
+
+    @cached_property
+    def workloads_by_subnet(self) -> dict[tuple[str | None, str], list[Manifest]]:
+        out: dict[tuple[str | None, str], list[Manifest]] = defaultdict(list)
+        for workload in self.workloads:
+            for subnet in {a.subnet for a in workload.obj.spec.network_attachments}:
+                out[(workload.tenant, subnet)].append(workload)
+        return out
+
+    def network_of_workload(self, workload: Manifest) -> str | None:
+        subnet = self.get("Subnet", workload.tenant,
+                          workload.obj.spec.network_attachments[0].subnet)
+        return subnet.obj.spec.virtual_network if subnet is not None else None
+
+    @cached_property
+    def nat_gateways(self) -> dict[tuple[str | None, str], Manifest]:
+        return {(g.tenant, g.obj.spec.virtual_network): g for g in self.kind("NATGateway")}
+
+    @cached_property
+    def active_attachments(self) -> dict[tuple[str | None, str], list[Manifest]]:
+        """ExternalIPAttachments whose target is declared, by (tenant, VirtualNetwork)."""
+        out: dict[tuple[str | None, str], list[Manifest]] = defaultdict(list)
+        for attachment in self.kind("ExternalIPAttachment"):
+            target = attachment.obj.spec.target
+            workload = self.get(target.kind, attachment.tenant, target.name)
+            vn = self.network_of_workload(workload) if workload is not None else None
+            if vn is not None:
+                out[(attachment.tenant, vn)].append(attachment)
+        return out
+
+    def gateway_pools(self) -> list[tuple[str | None, str, str]]:
+        """(tenant, vn, pool) of routers that need an external address of their own.
+
+        A router with a NATGateway uses the gateway's ExternalIP; one with only
+        ExternalIPAttachments gets an address from the pool of its first attachment.
+        """
+        out = []
+        for (tenant, vn), attachments in sorted(self.active_attachments.items(),
+                                                key=lambda item: (item[0][0] or "", item[0][1])):
+            if (tenant, vn) in self.nat_gateways:
+                continue
+            eip = self.get("ExternalIP", tenant, attachments[0].obj.spec.external_ip)
+            if eip is not None:
+                out.append((tenant, vn, eip.obj.spec.pool))
+        return out

@@ -1,0 +1,96 @@
+"""Backend objects: what managers render and observe, and what the differ compares.
+
+An object is a row (OVN) or a resource (Kubernetes) in a backend-neutral shape:
+plain JSON fields, references to other objects by key, and the ownership tags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Field value of something only the apply can know (PR mode: "known after apply").
+UNKNOWN = "(known after apply)"
+
+# Ownership tags stamped on every backend object (external_ids in OVN, labels in Kubernetes).
+TAG_INSTALLATION = "unet:installation"
+TAG_OWNER = "unet:owner"
+TAG_KEY = "unet:key"
+TAG_HASH = "unet:hash"
+#: Hash of the owner's immutable fields: when it changes, the row is replaced.
+TAG_IMMUTABLE = "unet:immutable"
+#: What a row opens to traffic from outside its network, for the plan's exposure summary.
+TAG_EXPOSURE = "unet:exposure"
+#: "true" on rows of resources annotated network.osac.io/prevent-destroy.
+TAG_PROTECTED = "unet:protected"
+#: Prefix of tags recording the allocations a row uses (principle 2).
+TAG_ALLOCATION = "unet:alloc:"
+
+
+def observed_allocations(objects: Iterable[BackendObject]) -> dict[str, str]:
+    """Allocation key → value, as recorded on the observed objects."""
+    out: dict[str, str] = {}
+    for obj in objects:
+        for name, value in obj.meta.items():
+            if name.startswith(TAG_ALLOCATION):
+                out[name[len(TAG_ALLOCATION):]] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class BackendObject:
+    manager: str  # the NetworkManager that holds it, e.g. "ovn" or "kubernetes/hosting-a1"
+    table: str  # OVN table or Kubernetes kind
+    key: str  # stable identity within the manager, e.g. "Logical_Switch/acme/web"
+    owner: str  # the resource it realises: "Subnet/acme/web"
+    fields: Mapping[str, Any]  # columns; sets as sorted lists, maps as dicts
+    refs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # column -> keys
+    parent: tuple[str, str] | None = None  # (parent key, column) for rows owned by a parent
+    unknown: frozenset[str] = frozenset()  # fields whose value only the apply knows
+    # Extra tags stored beside the ownership tags (external_ids, annotations), e.g.
+    # TAG_IMMUTABLE or a description of what an ACL exposes.
+    meta: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def uid(self) -> str:
+        """Unique across managers."""
+        return f"{self.manager}:{self.key}"
+
+    @property
+    def depends(self) -> tuple[str, ...]:
+        """Keys (same manager) that must exist before this object."""
+        keys = [k for values in self.refs.values() for k in values]
+        if self.parent is not None:
+            keys.append(self.parent[0])
+        return tuple(sorted(set(keys)))
+
+    def content(self) -> dict[str, Any]:
+        """Everything that is desired of the object, for hashing and comparing."""
+        return {
+            "fields": dict(self.fields),
+            "refs": {k: list(v) for k, v in sorted(self.refs.items())},
+            "parent": list(self.parent) if self.parent else None,
+            "meta": dict(sorted(self.meta.items())),
+        }
+
+    @property
+    def content_hash(self) -> str:
+        return content_hash(self.content())
+
+
+def content_hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def index_objects(objects: Iterable[BackendObject]) -> dict[str, BackendObject]:
+    """Objects by uid; a duplicate uid is a bug in a renderer."""
+    out: dict[str, BackendObject] = {}
+    for obj in objects:
+        if obj.uid in out:
+            raise ValueError(f"two objects render to {obj.uid}")
+        out[obj.uid] = obj
+    return out

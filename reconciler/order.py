@@ -1,0 +1,77 @@
+"""Stage `order`: changes → a dependency graph of steps → waves.
+
+Creates go parents (and referenced rows) first; deletes go children first; a
+replace is a delete step and a create step. A wave holds steps whose
+dependencies are all in earlier waves, so the steps of one wave could run in
+parallel, and each wave can be one backend transaction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .diff import CREATE, DELETE, NOOP, UPDATE, Change
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    action: str  # create, update or delete
+    uid: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.action} {self.uid}"
+
+
+class CycleError(Exception):
+    """The renderers produced objects that depend on each other in a circle (a bug)."""
+
+
+def steps_of(changes: list[Change]) -> list[Step]:
+    steps = []
+    for change in changes:
+        for action in change.actions:
+            if action != NOOP:
+                steps.append(Step(action, change.uid))
+    return steps
+
+
+def order(changes: list[Change]) -> list[list[Step]]:
+    """Waves of steps; deterministic for the same changes."""
+    by_uid = {c.uid: c for c in changes}
+    steps = steps_of(changes)
+    ids = {s.id: s for s in steps}
+    after: dict[str, set[str]] = defaultdict(set)  # step id -> ids it must follow
+    for step in steps:
+        change = by_uid[step.uid]
+        manager = change.obj.manager
+        if step.action in (CREATE, UPDATE):
+            for dep in change.after.depends if change.after else ():
+                dep_uid = f"{manager}:{dep}"
+                for before in (f"{CREATE} {dep_uid}",):
+                    if before in ids:
+                        after[step.id].add(before)
+            if step.action == CREATE and f"{DELETE} {step.uid}" in ids:
+                after[step.id].add(f"{DELETE} {step.uid}")
+        else:  # delete: after its children's deletes and after referrers stop pointing at it
+            for dep in change.before.depends if change.before else ():
+                dep_delete = f"{DELETE} {manager}:{dep}"
+                if dep_delete in ids:
+                    after[dep_delete].add(step.id)
+    return _waves(ids, after)
+
+
+def _waves(ids: dict[str, Step], after: dict[str, set[str]]) -> list[list[Step]]:
+    remaining = set(ids)
+    done: set[str] = set()
+    waves: list[list[Step]] = []
+    while remaining:
+        ready = sorted(s for s in remaining if after[s] <= done)
+        if not ready:
+            raise CycleError("objects depend on each other in a cycle: "
+                             + ", ".join(sorted(remaining)[:5]))
+        waves.append([ids[s] for s in ready])
+        done.update(ready)
+        remaining.difference_update(ready)
+    return waves

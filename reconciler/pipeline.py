@@ -1,0 +1,177 @@
+"""The stages joined: a validated revision and an observed state → a plan.
+
+PR mode plans between two revisions without any backend: the base revision,
+rendered, stands for the observed state. Live mode (apply, reconcile) observes
+the backends instead. Both share everything after the observed objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .allocate import Allocations, allocate
+from .diagnostics import Diagnostic, json_pointer
+from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change, diff
+from .model import Model
+from .models import immutable_values
+from .objects import (
+    TAG_IMMUTABLE,
+    TAG_PROTECTED,
+    BackendObject,
+    content_hash,
+    index_objects,
+    observed_allocations,
+)
+from .plan import Plan, ResourcePlan, build_plan, group_by_owner, protected_destroys
+from .plugins import installed_plugins
+from .schema import Manifest
+from .validate import Validation
+
+
+@dataclass
+class Desired:
+    model: Model
+    allocations: Allocations
+    objects: list[BackendObject]
+
+
+def managers_of(model: Model) -> dict[str, Any]:
+    """One plugin instance per NetworkManager of the model."""
+    plugins = installed_plugins()
+    out = {}
+    for manager in model.kind("NetworkManager"):
+        plugin = plugins[manager.obj.spec.plugin]
+        out[manager.name] = plugin(manager.name, dict(manager.obj.spec.config),
+                                   model.installation)
+    return out
+
+
+def render_desired(validation: Validation, observed: list[BackendObject],
+                   new_are_unknown: bool = False) -> Desired:
+    assert validation.context is not None
+    model = Model(validation.context)
+    allocations = allocate(model, observed_allocations(observed), new_are_unknown)
+    objects: list[BackendObject] = []
+    for manager in managers_of(model).values():
+        objects.extend(manager.render(model, allocations))
+    return Desired(model, allocations, _stamp(objects, model))
+
+
+def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
+    """Tag every row with its owner's immutable fields and protection."""
+    owners = {m.ref: m for m in model.ctx.manifests}
+    out = []
+    for obj in objects:
+        owner = owners.get(obj.owner)
+        meta = dict(obj.meta)
+        if owner is not None:
+            meta.setdefault(TAG_IMMUTABLE, content_hash(immutable_values(owner.obj)))
+            if owner.obj.prevent_destroy:
+                meta[TAG_PROTECTED] = "true"
+        out.append(BackendObject(obj.manager, obj.table, obj.key, obj.owner, obj.fields,
+                                 obj.refs, obj.parent, obj.unknown, meta))
+    return out
+
+
+def plan_between(base: Validation | None, head: Validation, inputs: dict[str, Any]) -> Plan:
+    """PR mode: what merging head would do, with base standing for the backends."""
+    observed = render_desired(base, []).objects if base is not None and base.ok else []
+    desired = render_desired(head, observed, new_are_unknown=True)
+    prune = bool(desired.model.config.prune)
+    changes = diff(index_objects(desired.objects), index_objects(observed), prune)
+    base_manifests = {m.ref: m for m in base.manifests} if base is not None else {}
+    head_manifests = {m.ref: m for m in head.manifests}
+    resources, diagnostics = _resources(changes, base_manifests, head_manifests, prune)
+    diagnostics += _safety(changes, desired, observed, base_manifests, head_manifests)
+    return build_plan("pr", desired.model.installation, inputs, changes, observed, resources,
+                      diagnostics)
+
+
+def _resources(changes: list[Change], base: dict[str, Manifest], head: dict[str, Manifest],
+               prune: bool) -> tuple[list[ResourcePlan], list[Diagnostic]]:
+    rows = group_by_owner(changes)
+    diagnostics: list[Diagnostic] = []
+    out = []
+    for address in sorted(rows.keys() | base.keys() | head.keys()):
+        resource = _resource(address, rows.get(address, []), base.get(address),
+                             head.get(address), prune)
+        if resource.fields:
+            diagnostics.append(_immutable_changed(head[address], resource.fields))
+        if not prune and resource.reason.startswith("kept"):
+            diagnostics.append(_prune_disabled(base.get(address), address))
+        out.append(resource)
+    return out, diagnostics
+
+
+def _resource(address: str, rows: list[Change], before: Manifest | None,
+              after: Manifest | None, prune: bool) -> ResourcePlan:
+    if before is None and after is not None:
+        return ResourcePlan(address, (CREATE,), "new in the repo", rows)
+    if after is None:
+        if not prune:
+            return ResourcePlan(address, (NOOP,), "kept: removed from the repo, but prune is "
+                                "off", rows)
+        return ResourcePlan(address, (DELETE,), "removed from the repo", rows)
+    if before is None:
+        return ResourcePlan(address, (NOOP,), "up to date", rows)
+    changed = _changed_immutable(before, after)
+    if changed:
+        return ResourcePlan(address, REPLACE, "immutable fields changed: " + ", ".join(changed),
+                            rows, changed)
+    row_changes = [c for c in rows if c.actions != (NOOP,)]
+    if row_changes:
+        tables = sorted({c.obj.table for c in row_changes})
+        why = "changed in the repo" if before.obj != after.obj else "depends on a change"
+        return ResourcePlan(address, (UPDATE,), f"{why}: {', '.join(tables)} rows change", rows)
+    if before.obj != after.obj:
+        return ResourcePlan(address, (UPDATE,), "changed in the repo; no backend change", rows)
+    return ResourcePlan(address, (NOOP,), "up to date", rows)
+
+
+def _changed_immutable(before: Manifest, after: Manifest) -> list[str]:
+    old, new = immutable_values(before.obj), immutable_values(after.obj)
+    return sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
+
+
+def _immutable_changed(manifest: Manifest, fields: list[str]) -> Diagnostic:
+    path = tuple(int(p) if p.isdigit() else p for p in fields[0].split("."))
+    return Diagnostic("IMMUTABLE_CHANGED",
+                      f"{manifest.ref} will be replaced: {', '.join(fields)} cannot change in "
+                      "place", file=manifest.doc.file, line=manifest.doc.line_of(path),
+                      path=json_pointer(path),
+                      hint="its backend objects are deleted and created again; traffic "
+                           "through them is interrupted")
+
+
+def _prune_disabled(manifest: Manifest | None, address: str) -> Diagnostic:
+    return Diagnostic("PRUNE_DISABLED",
+                      f"{address} was removed from the repo but stays in the backends",
+                      file=manifest.doc.file if manifest else None,
+                      line=manifest.doc.line if manifest else None,
+                      hint="set spec.prune: true in unet.yaml to delete what leaves the repo")
+
+
+def _safety(changes: list[Change], desired: Desired, observed: list[BackendObject],
+            base: dict[str, Manifest], head: dict[str, Manifest]) -> list[Diagnostic]:
+    out = []
+    protected = protected_destroys(changes)
+    for address, manifest in base.items():  # objects without backend rows count too
+        if manifest.obj.prevent_destroy and address not in head:
+            protected.setdefault(address, "delete")
+    for address, action in sorted(protected.items()):
+        manifest = head.get(address) or base.get(address)
+        out.append(Diagnostic(
+            "PREVENT_DESTROY", f"the plan would {action} {address}, which is protected",
+            file=manifest.doc.file if manifest else None,
+            line=manifest.doc.line if manifest else None,
+            hint="remove the annotation network.osac.io/prevent-destroy first, in its own "
+                 "change, if this is intended"))
+    config = desired.model.config
+    if observed and not desired.objects and not config.allow_empty and config.prune:
+        out.append(Diagnostic(
+            "EMPTY_DESIRED_STATE",
+            f"the plan deletes all {len(observed)} objects of installation "
+            f"{config.installation}", file="unet.yaml", line=1,
+            hint="set spec.allowEmpty: true in unet.yaml if that is really intended"))
+    return out

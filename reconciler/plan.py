@@ -1,0 +1,258 @@
+"""The plan: one structure, saved as versioned JSON, rendered as text and Markdown.
+
+A plan lists every resource (no-ops included) with its action list and reason,
+the backend changes under it, separate drift entries, the waves, counts, the
+input revisions, the exposure summary and the observed-state fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import __version__
+from .diagnostics import Diagnostic
+from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change
+from .objects import TAG_EXPOSURE, TAG_HASH, TAG_PROTECTED, BackendObject, content_hash
+from .order import order
+
+FORMAT_VERSION = "1.0"
+SUPPORTED_MAJOR = 1
+ACTION_ORDER = ("delete", "replace", "create", "update", "no-op")
+
+
+def action_name(actions: Iterable[str]) -> str:
+    actions = tuple(actions)
+    return "replace" if actions == REPLACE else actions[0]
+
+
+@dataclass
+class ResourcePlan:
+    address: str  # Kind/tenant/name
+    actions: tuple[str, ...]
+    reason: str
+    changes: list[Change] = field(default_factory=list)
+    fields: list[str] = field(default_factory=list)  # immutable fields that forced a replace
+
+    @property
+    def action(self) -> str:
+        return action_name(self.actions)
+
+
+@dataclass
+class Plan:
+    mode: str  # "pr" (between two revisions) or "live" (against the backends)
+    installation: str
+    inputs: dict[str, Any]
+    fingerprint: str
+    resources: list[ResourcePlan]
+    changes: list[Change]
+    waves: list[list[str]]
+    diagnostics: list[Diagnostic]
+    exposure: dict[str, list[dict[str, str]]]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(ACTION_ORDER, 0)
+        for resource in self.resources:
+            counts[resource.action] += 1
+        return counts
+
+    @property
+    def row_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(ACTION_ORDER, 0)
+        for change in self.changes:
+            counts[action_name(change.actions)] += 1
+        return counts
+
+    @property
+    def drift(self) -> list[Change]:
+        return [c for c in self.changes if is_drift(c)]
+
+    @property
+    def has_changes(self) -> bool:
+        return any(c.actions != (NOOP,) for c in self.changes)
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.diagnostics)
+
+
+def fingerprint(observed: Iterable[BackendObject]) -> str:
+    """Of the observed state: a saved plan is only applied while this still holds."""
+    return content_hash(sorted((o.uid, o.content()) for o in observed))
+
+
+def is_drift(change: Change) -> bool:
+    """A change undoing an edit made outside unet (the row still says we wrote it)."""
+    before = change.before
+    return (before is not None and change.after is not None and change.actions != (NOOP,)
+            and before.meta.get(TAG_HASH) == change.after.content_hash)
+
+
+def build_plan(mode: str, installation: str, inputs: dict[str, Any], changes: list[Change],
+               observed: list[BackendObject], resources: list[ResourcePlan],
+               diagnostics: list[Diagnostic]) -> Plan:
+    waves = [[step.id for step in wave] for wave in order(changes)]
+    return Plan(mode, installation, inputs, fingerprint(observed), resources, changes, waves,
+                diagnostics, exposure_of(changes))
+
+
+def group_by_owner(changes: list[Change]) -> dict[str, list[Change]]:
+    out: dict[str, list[Change]] = defaultdict(list)
+    for change in changes:
+        out[change.obj.owner].append(change)
+    return out
+
+
+def resource_actions(rows: list[Change]) -> tuple[tuple[str, ...], str]:
+    """A resource's action from its rows (live mode, or when the manifest is unchanged)."""
+    kinds = {c.actions for c in rows}
+    if not rows or kinds == {(NOOP,)}:
+        return (NOOP,), "up to date"
+    if kinds <= {(CREATE,)}:
+        return (CREATE,), "not in the backend yet"
+    if kinds <= {(DELETE,), (NOOP,)} and all(c.after is None for c in rows):
+        return (DELETE,), "no longer in the repo"
+    if any(c.is_replace and "immutable" in c.reason for c in rows):
+        return REPLACE, "an immutable field changed"
+    changed = sorted({c.obj.table for c in rows if c.actions != (NOOP,)})
+    return (UPDATE,), "backend rows change: " + ", ".join(changed)
+
+
+def protected_destroys(changes: list[Change]) -> dict[str, str]:
+    """Owner → action, for protected resources the plan would delete or replace."""
+    out: dict[str, str] = {}
+    for change in changes:
+        if change.before is not None and change.before.meta.get(TAG_PROTECTED) == "true" and (
+                change.actions in ((DELETE,), REPLACE)):
+            out.setdefault(change.obj.owner, action_name(change.actions))
+    return out
+
+
+def exposure_of(changes: list[Change]) -> dict[str, list[dict[str, str]]]:
+    """What the plan opens or closes to the outside, without reading ACLs."""
+    out: dict[str, list[dict[str, str]]] = {
+        "rules_opened": [], "rules_closed": [], "ips_attached": [], "ips_detached": [],
+        "nat_added": [], "nat_removed": [],
+    }
+    for change in changes:
+        if change.actions == (NOOP,):
+            continue
+        before, after = change.before, change.after
+        added = after if after is not None and (before is None or change.is_replace) else None
+        removed = before if before is not None and (after is None or change.is_replace) else None
+        for obj, key in ((added, "opened"), (removed, "closed")):
+            if obj is not None and obj.meta.get(TAG_EXPOSURE):
+                out[f"rules_{key}"].append({"rule": obj.meta[TAG_EXPOSURE], "owner": obj.owner})
+        if change.obj.table == "NAT":
+            _nat_exposure(out, change, before, after)
+    for entries in out.values():
+        entries.sort(key=lambda e: sorted(e.items()))
+    return out
+
+
+def _nat_exposure(out: dict[str, list[dict[str, str]]], change: Change,
+                  before: BackendObject | None, after: BackendObject | None) -> None:
+    def entry(obj: BackendObject) -> dict[str, str]:
+        return {"address": str(obj.fields.get("external_ip")),
+                "target": str(obj.fields.get("logical_ip")), "owner": obj.owner}
+
+    kind = change.obj.fields.get("type")
+    added, removed = ("ips_attached", "ips_detached") if kind == "dnat_and_snat" \
+        else ("nat_added", "nat_removed")
+    changed = before is None or after is None or before.fields != after.fields
+    if changed and after is not None:
+        out[added].append(entry(after))
+    if changed and before is not None:
+        out[removed].append(entry(before))
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    wave_of = {step: index for index, wave in enumerate(plan.waves) for step in wave}
+    return {
+        "format_version": FORMAT_VERSION,
+        "unet_version": __version__,
+        "mode": plan.mode,
+        "installation": plan.installation,
+        "inputs": plan.inputs,
+        "observed_fingerprint": plan.fingerprint,
+        "counts": plan.counts,
+        "row_counts": plan.row_counts,
+        "has_changes": plan.has_changes,
+        "valid": plan.ok,
+        "diagnostics": [d.to_json() for d in sorted(plan.diagnostics, key=Diagnostic.sort_key)],
+        "exposure": plan.exposure,
+        "resources": [_resource_json(r) for r in plan.resources],
+        "backend_changes": [_change_json(c, wave_of) for c in plan.changes],
+        "drift": [c.uid for c in plan.drift],
+        "waves": [{"index": i, "steps": wave} for i, wave in enumerate(plan.waves)],
+    }
+
+
+def _resource_json(resource: ResourcePlan) -> dict[str, Any]:
+    return {
+        "address": resource.address,
+        "actions": list(resource.actions),
+        "reason": resource.reason,
+        "replaced_by_fields": resource.fields,
+        "backend_changes": [c.uid for c in resource.changes],
+    }
+
+
+def _change_json(change: Change, wave_of: dict[str, int]) -> dict[str, Any]:
+    obj = change.obj
+    waves = sorted({wave_of[f"{a} {change.uid}"] for a in change.actions
+                    if f"{a} {change.uid}" in wave_of})
+    return {
+        "id": change.uid,
+        "manager": obj.manager,
+        "table": obj.table,
+        "key": obj.key,
+        "owner": obj.owner,
+        "actions": list(change.actions),
+        "reason": change.reason,
+        "before": _object_json(change.before),
+        "after": _object_json(change.after),
+        "changes": [{"path": f.path, "before": f.before, "after": f.after}
+                    for f in change.fields],
+        "unknown": sorted(change.after.unknown) if change.after else [],
+        "drift": is_drift(change),
+        "waves": waves,
+    }
+
+
+def _object_json(obj: BackendObject | None) -> dict[str, Any] | None:
+    if obj is None:
+        return None
+    return {
+        "fields": dict(obj.fields),
+        "refs": {k: list(v) for k, v in obj.refs.items()},
+        "parent": list(obj.parent) if obj.parent else None,
+        "meta": dict(obj.meta),
+        "unknown": sorted(obj.unknown),
+    }
+
+
+def dumps(plan: Plan) -> str:
+    return json.dumps(plan_to_json(plan), indent=1, sort_keys=True, default=str) + "\n"
+
+
+class PlanFormatError(Exception):
+    """A saved plan this version cannot read."""
+
+
+def check_format(document: dict[str, Any]) -> None:
+    version = str(document.get("format_version", ""))
+    major = version.split(".")[0]
+    if not major.isdigit():
+        raise PlanFormatError("not a unet plan (no format_version)")
+    if int(major) != SUPPORTED_MAJOR:
+        raise PlanFormatError(f"plan format {version} is not supported by this unet "
+                              f"(reads {SUPPORTED_MAJOR}.x)")

@@ -1,0 +1,240 @@
+"""Plans for people: text for terminals, Markdown for pull requests and job summaries.
+
+Both render the plan's JSON document, so a saved plan (`unet show plan.json`)
+reads exactly like a fresh one. Deletes and replaces always come first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+PR_COMMENT_LIMIT = 65_535  # GitHub's limit for one comment body
+SYMBOL = {"create": "+", "update": "~", "delete": "-", "replace": "-/+", "no-op": " "}
+VERB = {"create": "will be created", "update": "will be updated in place",
+        "delete": "will be deleted", "replace": "must be replaced", "no-op": "unchanged"}
+ORDER = {"delete": 0, "replace": 1, "create": 2, "update": 3, "no-op": 4}
+
+
+def _action(actions: list[str]) -> str:
+    return "replace" if actions == ["delete", "create"] else actions[0]
+
+
+def summary_line(doc: dict[str, Any]) -> str:
+    counts = doc["counts"]
+    parts = [f"{counts['delete']} to delete", f"{counts['replace']} to replace",
+             f"{counts['create']} to create", f"{counts['update']} to update"]
+    return "Plan: " + ", ".join(parts) + f"; {counts['no-op']} unchanged."
+
+
+def _inputs_line(doc: dict[str, Any]) -> str:
+    inputs = doc.get("inputs", {})
+    head = inputs.get("head", {})
+    base = inputs.get("base")
+    where = f"head {head.get('rev') or head.get('path', '.')}"
+    if head.get("commit"):
+        where += f" ({head['commit'][:12]})"
+    if base:
+        where = f"base {base.get('rev')} ({str(base.get('commit', ''))[:12]}) → " + where
+        if base.get("valid") is False:
+            where += f"; the base has {base.get('errors', 0)} errors and was not rendered"
+    mode = "between two revisions" if doc["mode"] == "pr" else "against the live backends"
+    return f"unet plan {mode}, installation {doc['installation']}: {where}"
+
+
+def row_label(change: dict[str, Any]) -> str:
+    obj = change["after"] or change["before"]
+    fields = obj["fields"]
+    table = change["table"]
+    if table == "ACL":
+        return f"ACL {fields['direction']} {fields['priority']} {fields['action']} " \
+               f"`{fields['match']}`"
+    if table == "NAT":
+        return f"NAT {fields['type']} {fields['external_ip']} ↔ {fields['logical_ip']}"
+    if table == "Logical_Router_Static_Route":
+        return f"route {fields['ip_prefix']} via {fields['nexthop']}"
+    if table == "DHCP_Options":
+        return f"DHCP_Options {fields['cidr']}"
+    if "metadata" in fields:
+        cluster = change["key"].split("/", 1)[0]
+        return f"{table} {fields['metadata']['name']} on cluster {cluster}"
+    return f"{table} {fields.get('name', change['key'])}"
+
+
+def _value(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _change_lines(change: dict[str, Any]) -> list[str]:
+    action = _action(change["actions"])
+    lines = [f"{SYMBOL[action]} {row_label(change)}"]
+    if action in ("update", "replace"):
+        for field in change["changes"]:
+            if field["path"].startswith("meta"):
+                continue  # bookkeeping tags: in the JSON plan, not worth a reader's time
+            lines.append("    " + _field_line(field))
+        if action == "replace" or change["drift"] or len(lines) == 1:
+            lines.append(f"    # {change['reason']}")
+    elif change["unknown"]:
+        lines.append(f"    # known after apply: {', '.join(change['unknown'])}")
+    return lines
+
+
+def _field_line(field: dict[str, Any]) -> str:
+    path = field["path"].removeprefix("fields.")
+    if field["before"] is None or field["after"] is None:  # a member of a set: no index
+        head, _, last = path.rpartition(".")
+        path = head if last.isdigit() else path
+    if field["before"] is None:
+        return f"+ {path}: {_value(field['after'])}"
+    if field["after"] is None:
+        return f"- {path}: {_value(field['before'])}"
+    return f"~ {path}: {_value(field['before'])} → {_value(field['after'])}"
+
+
+def _resources(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    changed = [r for r in doc["resources"] if r["actions"] != ["no-op"]]
+    return sorted(changed, key=lambda r: (ORDER[_action(r["actions"])], r["address"]))
+
+
+def exposure_lines(doc: dict[str, Any]) -> list[str]:
+    exp = doc["exposure"]
+    lines = [f"+ opens {e['rule']}" for e in exp["rules_opened"]]
+    lines += [f"- closes {e['rule']}" for e in exp["rules_closed"]]
+    lines += [f"+ attaches {e['address']} → {e['target']} ({e['owner']})"
+              for e in exp["ips_attached"]]
+    lines += [f"- detaches {e['address']} from {e['target']} ({e['owner']})"
+              for e in exp["ips_detached"]]
+    lines += [f"+ NAT gateway {e['address']} for {e['target']} ({e['owner']})"
+              for e in exp["nat_added"]]
+    lines += [f"- NAT gateway {e['address']} for {e['target']} ({e['owner']})"
+              for e in exp["nat_removed"]]
+    return lines
+
+
+def _diagnostic_lines(doc: dict[str, Any]) -> list[str]:
+    out = []
+    for d in doc["diagnostics"]:
+        where = f" {d['file']}:{d['line']}" if d.get("file") and d.get("line") else ""
+        out.append(f"{d['severity']} {d['code']}{where}: {d['message']}")
+        if d.get("hint"):
+            out.append(f"    hint: {d['hint']}")
+    return out
+
+
+# --- text -----------------------------------------------------------------------------------
+
+
+def render_text(doc: dict[str, Any], colour: bool = False) -> str:
+    paint = _painter(colour)
+    out = [_inputs_line(doc), ""]
+    changes = {c["id"]: c for c in doc["backend_changes"]}
+    for resource in _resources(doc):
+        action = _action(resource["actions"])
+        out.append(paint(action, f"{SYMBOL[action]:>3} {resource['address']} {VERB[action]}")
+                   + f"  ({resource['reason']})")
+        for uid in resource["backend_changes"]:
+            change = changes[uid]
+            if change["actions"] != ["no-op"]:
+                out += ["      " + line for line in _change_lines(change)]
+        out.append("")
+    drift = [changes[uid] for uid in doc["drift"]]
+    if drift:
+        out.append(f"Drift: {len(drift)} backend objects were changed outside unet:")
+        out += ["  " + line for c in drift for line in _change_lines(c)]
+        out.append("")
+    exposure = exposure_lines(doc)
+    if exposure:
+        out += ["Exposure (what this plan opens to the outside):"]
+        out += ["  " + paint("create" if e.startswith("+") else "delete", e) for e in exposure]
+        out.append("")
+    if doc["diagnostics"]:
+        out += ["Diagnostics:"] + ["  " + line for line in _diagnostic_lines(doc)] + [""]
+    rows = doc["row_counts"]
+    out.append(paint("bold", summary_line(doc)))
+    out.append(f"Backend rows: {rows['delete']} to delete, {rows['replace']} to replace, "
+               f"{rows['create']} to create, {rows['update']} to update, in "
+               f"{len(doc['waves'])} waves.")
+    if not doc["has_changes"]:
+        out.append("No changes. The backends match the repo.")
+    return "\n".join(out) + "\n"
+
+
+def _painter(colour: bool) -> Callable[[str, str], str]:
+    codes = {"create": "32", "delete": "31", "replace": "35", "update": "33", "bold": "1",
+             "no-op": "2"}
+
+    def paint(kind: str, text: str) -> str:
+        return f"\033[{codes[kind]}m{text}\033[0m" if colour else text
+
+    return paint
+
+
+# --- Markdown -------------------------------------------------------------------------------
+
+
+def render_markdown(doc: dict[str, Any], limit: int = PR_COMMENT_LIMIT, marker: str = "") -> str:
+    """Summary first (it always survives); resource details cut from the end to fit `limit`."""
+    head = _markdown_summary(doc, marker)
+    details = [_markdown_resource(doc, r) for r in _resources(doc)]
+    note = "\n_{n} more changed resources are not shown here (GitHub's size limit); " \
+           "`unet show plan.json` prints the whole plan._\n"
+    body = head
+    for index, block in enumerate(details):
+        rest = len(details) - index
+        if len(body) + len(block) + len(note.format(n=rest)) > limit:
+            return body + note.format(n=rest)
+        body += block
+    return body
+
+
+def _markdown_summary(doc: dict[str, Any], marker: str) -> str:
+    counts = doc["counts"]
+    rows = doc["row_counts"]
+    lines = [marker, f"### unet plan: {_inputs_line(doc).split(': ', 1)[1]}", ""] if marker \
+        else [f"### unet plan: {_inputs_line(doc).split(': ', 1)[1]}", ""]
+    if counts["delete"] or counts["replace"]:
+        lines.append(f"> [!WARNING]\n> **{counts['delete']} to delete, {counts['replace']} to "
+                     "replace.** Check these first.")
+        lines.append("")
+    lines += ["| | delete | replace | create | update | unchanged |",
+              "|---|---|---|---|---|---|",
+              f"| resources | {counts['delete']} | {counts['replace']} | {counts['create']} | "
+              f"{counts['update']} | {counts['no-op']} |",
+              f"| backend rows | {rows['delete']} | {rows['replace']} | {rows['create']} | "
+              f"{rows['update']} | {rows['no-op']} |", ""]
+    if doc["drift"]:
+        lines += [f"**Drift:** {len(doc['drift'])} backend objects were changed outside unet "
+                  "and will be repaired.", ""]
+    exposure = exposure_lines(doc)
+    if exposure:
+        lines += ["#### Exposure", "", "```diff", *exposure[:200], "```", ""]
+        if len(exposure) > 200:
+            lines += [f"_{len(exposure) - 200} more exposure lines in the full plan._", ""]
+    diagnostics = _diagnostic_lines(doc)
+    if diagnostics:
+        lines += ["#### Diagnostics", "", "```", *diagnostics[:100], "```", ""]
+    if not doc["has_changes"]:
+        lines += ["No changes: the backends already match.", ""]
+    elif _resources(doc):
+        lines += ["#### Changes", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_resource(doc: dict[str, Any], resource: dict[str, Any]) -> str:
+    changes = {c["id"]: c for c in doc["backend_changes"]}
+    action = _action(resource["actions"])
+    lines = [f"<details><summary><code>{SYMBOL[action]}</code> <b>{resource['address']}</b> "
+             f"{VERB[action]} — {_escape(resource['reason'])}</summary>", "", "```diff"]
+    for uid in resource["backend_changes"]:
+        change = changes[uid]
+        if change["actions"] != ["no-op"]:
+            lines += _change_lines(change)
+    lines += ["```", "</details>", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _escape(text: str) -> str:
+    return text.replace("<", "&lt;").replace(">", "&gt;")
