@@ -7,8 +7,9 @@ and is instantiated once per NetworkManager that uses it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from reconciler.models import Capability
@@ -35,6 +36,14 @@ class ManagerPlugin:
         self.config = config
         self.installation = installation
 
+    def connect(self, workdir: Path) -> AbstractContextManager[None]:
+        """Open what observe, apply and lock need (connections, an embedded server)."""
+        raise NotImplementedError
+
+    def conflicts(self, desired: list[BackendObject]) -> list[str]:
+        """Objects of others that stand where desired objects would go (never overwritten)."""
+        return []
+
     def render(self, model: Model, allocations: Allocations) -> list[BackendObject]:
         """The backend objects the model needs from this manager. Pure: no I/O."""
         raise NotImplementedError
@@ -43,10 +52,24 @@ class ManagerPlugin:
         """This installation's objects in the backend, as they are now."""
         raise NotImplementedError
 
-    def apply(self, steps: Sequence[Sequence[Step]], changes: dict[str, Change],
-              progress: Callable[[int, int], None]) -> Iterator[dict[str, Any]]:
-        """Carry out the waves of steps, batched into as few transactions as is safe."""
+    def apply(self, waves: Sequence[Sequence[Step]], changes: dict[str, Change],
+              progress: Callable[[int, int], None]) -> dict[str, int]:
+        """Carry out the waves of steps, batched into as few transactions as is safe.
+
+        Returns how many objects were created, updated and deleted.
+        """
         raise NotImplementedError
+
+    def unmanaged(self) -> list[str]:
+        """Names of backend objects that are not this installation's (for reports only)."""
+        return []
+
+    def applied_digest(self) -> str | None:
+        """The digest of the desired state this manager last applied, if it keeps one."""
+        return None
+
+    def record_applied(self, digest: str) -> None:
+        """Remember the digest of the desired state just applied (to tell drift later)."""
 
     def lock(self, timeout: float) -> AbstractContextManager[None]:
         """A lock held in the backend itself for the whole apply."""

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
+from . import commands
 from .diagnostics import codes_markdown
-from .load import DEFAULT_MAX_FILE_BYTES, SourceError
+from .errors import UnetError
+from .load import DEFAULT_MAX_FILE_BYTES
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
@@ -34,17 +34,24 @@ def _add_repo_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="BYTES", help="largest manifest file accepted (default 1 MiB)")
 
 
+def _add_live_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--manager", action="append", metavar="NAME",
+                        help="only this NetworkManager (repeatable; default: all)")
+    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="how long to wait for another run's lock (default 60)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="unet", description="Declarative GitOps reconciler for multi-tenant "
                      "cloud networking.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands_ = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    validate = commands.add_parser("validate", help="check a network repo; every problem at once")
+    validate = commands_.add_parser("validate", help="check a network repo; every problem at once")
     _add_repo_arguments(validate)
     validate.add_argument("--format", choices=("human", "json", "github"), default="human")
     validate.set_defaults(func=_cmd_validate)
 
-    plan = commands.add_parser("plan", help="show what applying the repo would change")
+    plan = commands_.add_parser("plan", help="show what applying the repo would change")
     _add_repo_arguments(plan)
     plan.add_argument("--base", metavar="REV",
                       help="plan between two revisions, without any backend: BASE stands for "
@@ -55,39 +62,57 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     plan.add_argument("--detailed-exitcode", action="store_true",
                       help="exit 2 when the plan has changes, 0 when it has none")
-    plan.set_defaults(func=_cmd_plan)
+    plan.add_argument("--refresh-only", action="store_true",
+                      help="only what changed in the backends outside unet (drift)")
+    plan.add_argument("--show-unmanaged", action="store_true",
+                      help="also list backend objects that are not this installation's")
+    _add_live_arguments(plan)
+    plan.set_defaults(func=commands.plan)
+
+    apply = commands_.add_parser("apply", help="make the backends match the repo")
+    apply.add_argument("target", nargs="?", default=Path("."), type=Path,
+                       help="the network repo (default: .) or a plan saved with plan -o")
+    apply.add_argument("--rev", metavar="REV", help="apply this Git revision")
+    apply.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
+                       metavar="BYTES", help=argparse.SUPPRESS)
+    apply.add_argument("--auto-approve", action="store_true",
+                       help="do not ask for confirmation (CI)")
+    apply.add_argument("--refresh-only", action="store_true",
+                       help="only repair drift; leave repo changes for a normal apply")
+    _add_live_arguments(apply)
+    apply.set_defaults(func=commands.apply)
 
 
-    schema = commands.add_parser("schema", help="write the JSON Schemas of every kind")
+    schema = commands_.add_parser("schema", help="write the JSON Schemas of every kind")
     schema.add_argument("--out", type=Path, default=None,
                         help="folder to write (default: schemas/ of the unet source tree)")
     schema.add_argument("--check", action="store_true",
                         help="only compare; exit 1 when the files differ from the models")
     schema.set_defaults(func=_cmd_schema)
 
-    codes = commands.add_parser("codes", help="list the diagnostic codes")
+    codes = commands_.add_parser("codes", help="list the diagnostic codes")
     codes.add_argument("--markdown", action="store_true", help="the reference page")
     codes.set_defaults(func=_cmd_codes)
 
-    show = commands.add_parser("show", help="show a resolved object")
+    show = commands_.add_parser("show", help="show a resolved object")
     show_what = show.add_subparsers(dest="what", required=True, parser_class=_Parser)
     saved = show_what.add_parser("plan", help="render a saved plan")
     saved.add_argument("file", type=Path)
     saved.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    saved.set_defaults(func=_cmd_show_plan)
+    saved.set_defaults(func=commands.show_plan)
     network_class = show_what.add_parser("networkclass",
                                          help="a NetworkClass and its effective capabilities")
     network_class.add_argument("name")
     _add_repo_arguments(network_class)
     network_class.set_defaults(func=_cmd_show_network_class)
 
-    bench = commands.add_parser("bench")  # for developers; not in the main help
+    bench = commands_.add_parser("bench")  # for developers; not in the main help
     bench_what = bench.add_subparsers(dest="what", required=True, parser_class=_Parser)
     generate = bench_what.add_parser("generate", help="write a synthetic network repo")
     generate.add_argument("--tenants", type=int, required=True)
     generate.add_argument("dir", type=Path)
     generate.set_defaults(func=_cmd_bench_generate)
-    commands._choices_actions = [a for a in commands._choices_actions if a.dest != "bench"]
+    commands_._choices_actions = [a for a in commands_._choices_actions if a.dest != "bench"]
     return parser
 
 
@@ -113,73 +138,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         render_human(result.diagnostics, summary, out, _display_prefix(args.path, Path.cwd()),
                      use_colour(out))
     return EXIT_OK if result.ok else EXIT_ERROR
-
-
-def _cmd_plan(args: argparse.Namespace) -> int:
-    from .pipeline import plan_between
-    from .plan import plan_to_json
-    from .validate import revision_info, validate_repo
-
-    if args.base is None:
-        print("unet: a plan against the live backends needs `unet apply` support, which this "
-              "version does not have yet; plan between revisions with --base REV",
-              file=sys.stderr)
-        return EXIT_ERROR
-    head_rev = args.head or args.rev
-    inputs = {"head": revision_info(args.path, head_rev), "base": revision_info(args.path,
-                                                                              args.base)}
-    head = validate_repo(args.path, head_rev, args.max_file_size)
-    if not head.ok:
-        _print_validation(head, args.path)
-        print("unet: the head revision has errors; no plan", file=sys.stderr)
-        return EXIT_ERROR
-    base = validate_repo(args.path, args.base, args.max_file_size)
-    inputs["base"].update(valid=base.ok, errors=sum(d.is_error for d in base.diagnostics))
-    plan = plan_between(base, head, inputs)
-    plan.diagnostics += [d for d in head.diagnostics if not d.is_error]
-    document = plan_to_json(plan)
-    if args.out:
-        from .plan import dumps
-
-        args.out.write_text(dumps(plan))
-    _print_plan(document, args.format)
-    if not plan.ok:
-        return EXIT_ERROR
-    return EXIT_CHANGES if args.detailed_exitcode and plan.has_changes else EXIT_OK
-
-
-def _print_validation(result: Any, path: Path) -> None:
-    from .report import render_human, summarize, use_colour
-
-    summary = summarize(result.diagnostics, result.files, len(result.documents))
-    render_human(result.diagnostics, summary, sys.stdout, _display_prefix(path, Path.cwd()),
-                 use_colour(sys.stdout))
-
-
-def _print_plan(document: dict[str, Any], fmt: str) -> None:
-    from .plan_render import render_markdown, render_text
-    from .report import use_colour
-
-    if fmt == "json":
-        json.dump(document, sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
-    elif fmt == "markdown":
-        sys.stdout.write(render_markdown(document))
-    else:
-        sys.stdout.write(render_text(document, use_colour(sys.stdout)))
-
-
-def _cmd_show_plan(args: argparse.Namespace) -> int:
-    from .plan import PlanFormatError, check_format
-
-    try:
-        document = json.loads(args.file.read_text())
-        check_format(document)
-    except (OSError, ValueError, PlanFormatError) as exc:
-        print(f"unet: cannot read the plan {args.file}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    _print_plan(document, args.format)
-    return EXIT_OK
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -259,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except SourceError as exc:
+    except UnetError as exc:
         print(f"unet: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

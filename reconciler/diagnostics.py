@@ -187,6 +187,11 @@ CODES: dict[str, CodeInfo] = {
         _E,
         "the plan deletes every object of the installation and `allowEmpty` is false",
     ),
+    "NAME_CONFLICT": CodeInfo(
+        "Between two revisions (PR mode) and at plan time",
+        _E,
+        "a backend object not managed by this installation already uses the name",
+    ),
     "STALE_PLAN": CodeInfo(
         "Between two revisions (PR mode) and at plan time",
         _E,

@@ -14,7 +14,7 @@ from typing import Any
 from deepdiff import DeepDiff
 from deepdiff.helper import NotPresent
 
-from .objects import TAG_IMMUTABLE, BackendObject
+from .objects import TAG_HASH, TAG_IMMUTABLE, BackendObject
 
 CREATE, UPDATE, DELETE, NOOP = "create", "update", "delete", "no-op"
 REPLACE = (DELETE, CREATE)
@@ -101,7 +101,8 @@ def _field_changes(have: BackendObject, want: BackendObject) -> list[FieldChange
 
 def _comparable(obj: BackendObject) -> dict[str, Any]:
     content = obj.content()
-    content["meta"] = {k: v for k, v in content["meta"].items() if k != TAG_IMMUTABLE}
+    content["meta"] = {k: v for k, v in content["meta"].items()
+                       if k not in (TAG_IMMUTABLE, TAG_HASH)}
     return content
 
 

@@ -18,13 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.events import CollectionEndEvent, CollectionStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .diagnostics import Diagnostic, json_pointer
+from .errors import UnetError
 
 DEFAULT_MAX_FILE_BYTES = 1024 * 1024
 MAX_ALIASES = 100
 MAX_DEPTH = 64
+# libyaml composes nested collections by recursing in C, without a bound: some ten thousand
+# levels (a 20 KB file of '[') overflow the stack and kill the process. Every level needs
+# one of these characters, so only a file holding more of them than the bound is walked
+# event by event (flat, safe) before it is composed.
+_NESTING_INDICATORS = b"[{-:?"
+_SAFE_INDICATORS = 1000
 REPO_CONFIG_FILE = "unet.yaml"
 _MANIFEST_SUFFIXES = (".yaml", ".yml")
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
@@ -81,14 +89,24 @@ class SourceFile:
     blob_id: str | None = None
 
 
-class SourceError(Exception):
+class SourceError(UnetError):
     """The repo itself cannot be read (missing folder, unknown revision, ...)."""
 
 
 class _Unsafe(Exception):
-    def __init__(self, message: str, node: Node) -> None:
+    code = "YAML_UNSAFE"
+    hint = "manifests use plain YAML: no tags, few aliases"
+
+    def __init__(self, message: str, node: Node | int) -> None:
         super().__init__(message)
-        self.line = node.start_mark.line + 1
+        self.line = node if isinstance(node, int) else node.start_mark.line + 1
+
+
+class _BadScalar(_Unsafe):
+    """A scalar whose tag promises a type its text is not (`!!int abc`, 5000 digits)."""
+
+    code = "YAML_SYNTAX"
+    hint = "quote the value to make it text"
 
 
 class _Builder:
@@ -154,7 +172,13 @@ class _Builder:
         builder = _SCALAR_BUILDERS.get(node.tag)
         if builder is None:
             raise _Unsafe(f"YAML tag '{node.tag}' is not allowed", node)
-        return builder(node)
+        try:
+            return builder(node)
+        except (ValueError, KeyError, IndexError) as exc:  # PyYAML's constructors trust the tag
+            text = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+            kind = node.tag.removeprefix(_TAG)
+            problem = "has too many digits" if "digits" in str(exc) else f"is not a valid {kind}"
+            raise _BadScalar(f"{text!r} {problem}", node) from exc
 
     @staticmethod
     def _check_tag(node: Node, expected: str) -> None:
@@ -181,6 +205,9 @@ def parse_manifest_file(path: str, content: bytes) -> tuple[list[Document], list
     builder = _Builder(path)
     documents: list[Document] = []
     try:
+        deep = _too_deep(content)
+        if deep is not None:
+            raise _Unsafe(f"nesting deeper than {MAX_DEPTH} levels", deep)
         for index, node in enumerate(yaml.compose_all(text, Loader=_Loader)):
             if node is None or (isinstance(node, ScalarNode) and node.tag == _TAG + "null"):
                 continue  # an empty document between `---` separators
@@ -197,17 +224,9 @@ def parse_manifest_file(path: str, content: bytes) -> tuple[list[Document], list
         return [], [Diagnostic("YAML_SYNTAX", f"not valid YAML: {problem}", file=path, line=line)]
     except yaml.YAMLError as exc:  # reader errors: control characters, bad encodings
         return [], [Diagnostic("YAML_SYNTAX", f"not valid YAML: {_reader_problem(exc)}",
-                               file=path, line=_reader_line(text, exc))]
+                               file=path, line=_reader_line(content, exc))]
     except _Unsafe as exc:
-        return [], [
-            Diagnostic(
-                "YAML_UNSAFE",
-                str(exc),
-                file=path,
-                line=exc.line,
-                hint="manifests use plain YAML: no tags, few aliases",
-            )
-        ]
+        return [], [Diagnostic(exc.code, str(exc), file=path, line=exc.line, hint=exc.hint)]
     if not documents and not builder.diagnostics:
         builder.diagnostics.append(
             Diagnostic(
@@ -229,11 +248,31 @@ def _reader_problem(exc: yaml.YAMLError) -> str:
     return str(exc).splitlines()[0]
 
 
-def _reader_line(text: str, exc: yaml.YAMLError) -> int:
-    position = getattr(exc, "position", None)
+def _reader_line(content: bytes, exc: yaml.YAMLError) -> int:
+    position = getattr(exc, "position", None)  # libyaml: a byte offset into the UTF-8 text
     if isinstance(position, int):
-        return text.count("\n", 0, position) + 1
+        return content.count(b"\n", 0, position) + 1
     return 1
+
+
+def _too_deep(content: bytes) -> int | None:
+    """Line where collections first nest deeper than MAX_DEPTH, or None."""
+    if sum(content.count(char) for char in _NESTING_INDICATORS) <= _SAFE_INDICATORS:
+        return None
+    loader = _Loader(content)
+    depth = 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return int(event.start_mark.line) + 1
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+    finally:
+        loader.dispose()
+    return None
 
 
 # --- sources --------------------------------------------------------------------------------
@@ -253,6 +292,31 @@ def _in_scope_dir(path: str) -> bool:
     return path in ("provider", "tenants") or path.startswith(("provider/", "tenants/"))
 
 
+def _in_scope(path: str) -> bool:
+    """Whether a path is looked at at all: in the layout and not hidden."""
+    if any(part.startswith(".") for part in path.split("/")):
+        return False
+    return path == REPO_CONFIG_FILE or _in_scope_dir(path)
+
+
+def _plain_path(path: str) -> bool:
+    return all(_PLAIN_NAME.match(part) for part in path.split("/"))
+
+
+def _unsafe_path(path: str, problem: str, hint: str | None = None) -> Diagnostic:
+    """PATH_UNSAFE on `path`, shown printable even when the name is not UTF-8 or holds '\\n'."""
+    text = path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return Diagnostic("PATH_UNSAFE", f"'{shown}' {problem}", file=shown, line=1, hint=hint)
+
+
+_NOT_PLAIN = ("is not a plain file name", "use letters, digits, '.', '_' and '-'")
+_LEAVES = ("is a symlink that leaves the repo", "copy the file into the repo instead")
+_LINKED_FOLDER = ("is a symlinked folder; not followed",
+                  "symlinks may only point at files in the repo")
+_SYMLINK_HOPS = 40
+
+
 def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
     """Manifest files of a folder, refusing anything that leaves it."""
     if not root.is_dir():
@@ -267,44 +331,42 @@ def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
         try:
             entries = sorted(os.scandir(full_dir), key=lambda entry: entry.name)
         except OSError as exc:
-            yield Diagnostic("PATH_UNSAFE", f"cannot read folder: {exc.strerror}",
-                             file=rel_dir or ".")
+            yield _unsafe_path(rel_dir or ".", f"cannot be read: {exc.strerror}")
             return
         for entry in entries:
-            if entry.name.startswith("."):
-                continue
             rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            if not _in_scope_dir(rel) and rel != REPO_CONFIG_FILE:
-                continue
-            if not _PLAIN_NAME.match(entry.name):
-                yield Diagnostic("PATH_UNSAFE", f"'{rel}' is not a plain file name",
-                                 file=rel, hint="use letters, digits, '.', '_' and '-'")
-                continue
-            yield from visit(entry, rel)
+            if _in_scope(rel):
+                yield from visit(entry, rel)
+
+    def symlink_problem(full: str) -> tuple[str, str] | None:
+        target = os.path.realpath(full)
+        if os.path.isabs(os.readlink(full)) or \
+                os.path.commonpath([real_root, target]) != real_root:
+            return _LEAVES
+        return _LINKED_FOLDER if os.path.isdir(target) else None
 
     def visit(entry: os.DirEntry[str], rel: str) -> Iterator[SourceFile | Diagnostic]:
         full = entry.path
         if entry.is_symlink():
-            target = os.path.realpath(full)
-            if os.path.commonpath([real_root, target]) != real_root:
-                yield Diagnostic("PATH_UNSAFE", f"'{rel}' is a symlink that leaves the repo",
-                                 file=rel, hint="copy the file into the repo instead")
+            problem = symlink_problem(full)
+            if problem is not None:
+                yield _unsafe_path(rel, *problem)
                 return
-            if os.path.isdir(target):
-                yield Diagnostic("PATH_UNSAFE", f"'{rel}' is a symlinked folder; not followed",
-                                 file=rel, hint="symlinks may only point at files in the repo")
-                return
+        elif entry.is_dir():
+            yield from walk(rel)
+            return
+        if _area_of(rel) is None:
+            return
+        if not _plain_path(rel):
+            yield _unsafe_path(rel, *_NOT_PLAIN)
+            return
         try:
             info = os.stat(full)
         except OSError as exc:
-            yield Diagnostic("PATH_UNSAFE", f"'{rel}' cannot be read: {exc.strerror}", file=rel)
+            yield _unsafe_path(rel, f"cannot be read: {exc.strerror}")
             return
-        if stat.S_ISDIR(info.st_mode):
-            yield from walk(rel)
-        elif _area_of(rel) is None:
-            return
-        elif not stat.S_ISREG(info.st_mode):
-            yield Diagnostic("PATH_UNSAFE", f"'{rel}' is not a regular file", file=rel)
+        if not stat.S_ISREG(info.st_mode):
+            yield _unsafe_path(rel, "is not a regular file")
         else:
             yield SourceFile(rel, info.st_size, read_file(full))
 
@@ -336,35 +398,48 @@ def git_files(start: Path, rev: str) -> Iterator[SourceFile | Diagnostic]:
         mode, _type, sha, size = meta.split()
         rel = path[len(prefix) + 1:] if prefix else path
         entries[rel] = (mode, sha, int(size) if size != "-" else 0)
+    folders = {".", *(posixpath.dirname(rel) for rel in entries)}
+    folders |= {f.rsplit("/", n)[0] for f in list(folders) for n in range(1, f.count("/") + 1)}
 
     def reader(sha: str) -> Callable[[], bytes]:
         return lambda: repo.odb.stream(bytes.fromhex(sha)).read()
 
+    def resolve(rel: str) -> tuple[str, str]:
+        """Follow the symlink at `rel` to ("file"|"missing", path) or ("leaves"|"folder", "")."""
+        path = rel
+        for _ in range(_SYMLINK_HOPS):
+            target = reader(entries[path][1])().decode("utf-8", "replace")
+            path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+            if target.startswith("/") or path == ".." or path.startswith("../"):
+                return "leaves", ""
+            if path in folders:
+                return "folder", ""
+            if path not in entries or entries[path][0] not in ("100644", "100755", "120000"):
+                return "missing", path
+            if entries[path][0] != "120000":
+                return "file", path
+        return "missing", rel  # a symlink loop
+
     for rel in sorted(entries):
         mode, sha, size = entries[rel]
-        area = _area_of(rel)
-        if area is None:
+        if not _in_scope(rel) or mode not in ("100644", "100755", "120000"):
+            continue  # submodules and the like hold no manifests
+        if mode == "120000":
+            found, path = resolve(rel)
+            if found in ("leaves", "folder"):
+                yield _unsafe_path(rel, *(_LEAVES if found == "leaves" else _LINKED_FOLDER))
+                continue
+        if _area_of(rel) is None:
             continue
-        if any(not _PLAIN_NAME.match(part) for part in rel.split("/")):
-            if not any(part.startswith(".") for part in rel.split("/")):
-                yield Diagnostic("PATH_UNSAFE", f"'{rel}' is not a plain file name", file=rel,
-                                 hint="use letters, digits, '.', '_' and '-'")
+        if not _plain_path(rel):
+            yield _unsafe_path(rel, *_NOT_PLAIN)
             continue
         if mode == "120000":
-            target = reader(sha)().decode("utf-8", "replace")
-            resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
-            if target.startswith("/") or resolved.startswith("../") or resolved == "..":
-                yield Diagnostic("PATH_UNSAFE", f"'{rel}' is a symlink that leaves the repo",
-                                 file=rel, hint="copy the file into the repo instead")
+            if found == "missing":
+                yield _unsafe_path(rel, f"is a symlink to '{path}', which is not a file",
+                                   _LINKED_FOLDER[1])
                 continue
-            if resolved not in entries or entries[resolved][0] not in ("100644", "100755"):
-                yield Diagnostic("PATH_UNSAFE",
-                                 f"'{rel}' is a symlink to '{resolved}', which is not a file",
-                                 file=rel, hint="symlinks may only point at files in the repo")
-                continue
-            _mode, sha, size = entries[resolved]
-        elif mode not in ("100644", "100755"):
-            continue  # submodules and the like hold no manifests
+            _mode, sha, size = entries[path]
         yield SourceFile(rel, size, reader(sha), blob_id=sha)
 
 

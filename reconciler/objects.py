@@ -71,9 +71,9 @@ class BackendObject:
         """Everything that is desired of the object, for hashing and comparing."""
         return {
             "fields": dict(self.fields),
-            "refs": {k: list(v) for k, v in sorted(self.refs.items())},
+            "refs": {k: list(v) for k, v in sorted(self.refs.items()) if v},
             "parent": list(self.parent) if self.parent else None,
-            "meta": dict(sorted(self.meta.items())),
+            "meta": {k: v for k, v in sorted(self.meta.items()) if k != TAG_HASH},
         }
 
     @property

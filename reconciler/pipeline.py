@@ -7,12 +7,16 @@ the backends instead. Both share everything after the observed objects.
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .allocate import Allocations, allocate
 from .diagnostics import Diagnostic, json_pointer
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change, diff
+from .errors import UnetError
 from .model import Model
 from .models import immutable_values
 from .objects import (
@@ -23,7 +27,15 @@ from .objects import (
     index_objects,
     observed_allocations,
 )
-from .plan import Plan, ResourcePlan, build_plan, group_by_owner, protected_destroys
+from .plan import (
+    Plan,
+    ResourcePlan,
+    build_plan,
+    desired_digest,
+    group_by_owner,
+    protected_destroys,
+    resource_actions,
+)
 from .plugins import installed_plugins
 from .schema import Manifest
 from .validate import Validation
@@ -36,24 +48,54 @@ class Desired:
     objects: list[BackendObject]
 
 
-def managers_of(model: Model) -> dict[str, Any]:
-    """One plugin instance per NetworkManager of the model."""
+class ConfigError(UnetError):
+    """A manager's config names an environment variable that is not set."""
+
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def resolve_config(value: Any, where: str) -> Any:
+    """Replace `${NAME}` with the environment's value; secrets never live in the repo."""
+    if isinstance(value, str):
+        def lookup(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in os.environ:
+                raise ConfigError(f"{where} uses ${{{name}}}, but {name} is not set")
+            return os.environ[name]
+
+        return _ENV_REFERENCE.sub(lookup, value)
+    if isinstance(value, list):
+        return [resolve_config(v, where) for v in value]
+    if isinstance(value, dict):
+        return {k: resolve_config(v, where) for k, v in value.items()}
+    return value
+
+
+def managers_of(model: Model, only: Iterable[str] | None = None,
+                resolve: bool = False) -> dict[str, Any]:
+    """One plugin instance per NetworkManager of the model (or of those named in `only`)."""
     plugins = installed_plugins()
+    wanted = set(only) if only else None
     out = {}
     for manager in model.kind("NetworkManager"):
+        if wanted is not None and manager.name not in wanted:
+            continue
+        config = dict(manager.obj.spec.config)
+        if resolve:
+            config = resolve_config(config, f"NetworkManager {manager.name}")
         plugin = plugins[manager.obj.spec.plugin]
-        out[manager.name] = plugin(manager.name, dict(manager.obj.spec.config),
-                                   model.installation)
+        out[manager.name] = plugin(manager.name, config, model.installation)
     return out
 
 
 def render_desired(validation: Validation, observed: list[BackendObject],
-                   new_are_unknown: bool = False) -> Desired:
+                   new_are_unknown: bool = False, only: Iterable[str] | None = None) -> Desired:
     assert validation.context is not None
     model = Model(validation.context)
     allocations = allocate(model, observed_allocations(observed), new_are_unknown)
     objects: list[BackendObject] = []
-    for manager in managers_of(model).values():
+    for manager in managers_of(model, only).values():
         objects.extend(manager.render(model, allocations))
     return Desired(model, allocations, _stamp(objects, model))
 
@@ -86,6 +128,60 @@ def plan_between(base: Validation | None, head: Validation, inputs: dict[str, An
     diagnostics += _safety(changes, desired, observed, base_manifests, head_manifests)
     return build_plan("pr", desired.model.installation, inputs, changes, observed, resources,
                       diagnostics)
+
+
+def plan_live(head: Validation, managers: dict[str, Any], observed: list[BackendObject],
+              inputs: dict[str, Any], applied: dict[str, str | None]) -> Plan:
+    """Against the backends: `observed` is what the managers hold now.
+
+    `applied` is, per manager, the digest of the desired state it last applied; when
+    the desired state is still that one, every difference is drift.
+    """
+    desired = render_desired(head, observed, only=managers)
+    prune = bool(desired.model.config.prune)
+    changes = diff(index_objects(desired.objects), index_objects(observed), prune)
+    head_manifests = {m.ref: m for m in head.manifests}
+    resources = _live_resources(changes, head_manifests)
+    diagnostics = [_prune_disabled(head_manifests.get(r.address), r.address)
+                   for r in resources if r.reason.startswith("kept")]
+    diagnostics += _safety(changes, desired, observed, {}, head_manifests)
+    diagnostics += _conflicts(managers, changes, head_manifests)
+    unchanged = all(applied.get(name) == desired_digest(
+        [o for o in desired.objects if o.manager == name]) for name in managers)
+    plan = build_plan("live", desired.model.installation, inputs, changes, observed, resources,
+                      diagnostics, repo_unchanged=unchanged)
+    plan.desired_digests = {name: desired_digest([o for o in desired.objects
+                                                  if o.manager == name]) for name in managers}
+    plan.managers = {m.name: {"plugin": m.obj.spec.plugin, "config": m.obj.spec.config}
+                     for m in desired.model.kind("NetworkManager") if m.name in managers}
+    return plan
+
+
+def _live_resources(changes: list[Change], head: dict[str, Manifest]) -> list[ResourcePlan]:
+    rows = group_by_owner(changes)
+    out = []
+    for address in sorted(rows.keys() | head.keys()):
+        owned = rows.get(address, [])
+        if not owned:
+            out.append(ResourcePlan(address, (NOOP,), "no backend objects"))
+            continue
+        actions, reason = resource_actions(owned)
+        if actions == (NOOP,) and any(c.after is None for c in owned):
+            reason = "kept: removed from the repo, but prune is off"
+        out.append(ResourcePlan(address, actions, reason, owned))
+    return out
+
+
+def _conflicts(managers: dict[str, Any], changes: list[Change],
+               head: dict[str, Manifest]) -> list[Diagnostic]:
+    creates = [c.after for c in changes if c.after is not None and CREATE in c.actions]
+    out = []
+    for manager in managers.values():
+        for message in manager.conflicts(creates):
+            out.append(Diagnostic("NAME_CONFLICT", message,
+                                  hint="rename or remove the other object; unet never "
+                                       "overwrites what it does not own"))
+    return out
 
 
 def _resources(changes: list[Change], base: dict[str, Manifest], head: dict[str, Manifest],

@@ -16,6 +16,7 @@ from typing import Any
 from . import __version__
 from .diagnostics import Diagnostic
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change
+from .errors import UnetError
 from .objects import TAG_EXPOSURE, TAG_HASH, TAG_PROTECTED, BackendObject, content_hash
 from .order import order
 
@@ -53,6 +54,9 @@ class Plan:
     waves: list[list[str]]
     diagnostics: list[Diagnostic]
     exposure: dict[str, list[dict[str, str]]]
+    drift_ids: set[str] = field(default_factory=set)
+    desired_digests: dict[str, str] = field(default_factory=dict)  # per manager, live mode
+    managers: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> plugin, config
 
     @property
     def counts(self) -> dict[str, int]:
@@ -70,7 +74,7 @@ class Plan:
 
     @property
     def drift(self) -> list[Change]:
-        return [c for c in self.changes if is_drift(c)]
+        return [c for c in self.changes if c.uid in self.drift_ids]
 
     @property
     def has_changes(self) -> bool:
@@ -86,19 +90,55 @@ def fingerprint(observed: Iterable[BackendObject]) -> str:
     return content_hash(sorted((o.uid, o.content()) for o in observed))
 
 
-def is_drift(change: Change) -> bool:
-    """A change undoing an edit made outside unet (the row still says we wrote it)."""
-    before = change.before
-    return (before is not None and change.after is not None and change.actions != (NOOP,)
-            and before.meta.get(TAG_HASH) == change.after.content_hash)
+def desired_digest(desired: Iterable[BackendObject]) -> str:
+    """Of a desired state: recorded after an apply, to tell drift from repo changes."""
+    return content_hash(sorted((o.uid, o.content_hash) for o in desired))
+
+
+def drift_of(changes: list[Change], repo_unchanged: bool) -> set[str]:
+    """Changes that undo what was done outside unet, rather than carry out the repo.
+
+    A row edited by hand still carries the hash of what unet wrote. When the
+    desired state is the one last applied, every change is drift: rows deleted
+    or added by hand included.
+    """
+    if repo_unchanged:
+        return {c.uid for c in changes if c.actions != (NOOP,)}
+    return {c.uid for c in changes if _edited(c)}
+
+
+def _edited(change: Change) -> bool:
+    before, after = change.before, change.after
+    return (before is not None and after is not None and change.actions != (NOOP,)
+            and before.meta.get(TAG_HASH) == after.content_hash)
 
 
 def build_plan(mode: str, installation: str, inputs: dict[str, Any], changes: list[Change],
                observed: list[BackendObject], resources: list[ResourcePlan],
-               diagnostics: list[Diagnostic]) -> Plan:
+               diagnostics: list[Diagnostic], repo_unchanged: bool = False) -> Plan:
     waves = [[step.id for step in wave] for wave in order(changes)]
+    drift = drift_of(changes, repo_unchanged) if mode == "live" else set()
     return Plan(mode, installation, inputs, fingerprint(observed), resources, changes, waves,
-                diagnostics, exposure_of(changes))
+                diagnostics, exposure_of(changes), drift)
+
+
+def restrict_to(plan: Plan, keep: set[str]) -> Plan:
+    """The plan with only the changes in `keep` (e.g. drift); the rest left as they are."""
+    changes = []
+    for change in plan.changes:
+        if change.uid in keep or change.actions == (NOOP,):
+            changes.append(change)
+        elif change.before is not None:
+            changes.append(Change(change.uid, change.before, change.before, (NOOP,),
+                                  "not drift: left for a normal apply"))
+    owners = group_by_owner(changes)
+    resources = [ResourcePlan(address, *resource_actions(rows), rows)
+                 for address, rows in sorted(owners.items())]
+    waves = [[step.id for step in wave] for wave in order(changes)]
+    return Plan(plan.mode, plan.installation, {**plan.inputs, "refresh_only": True},
+                plan.fingerprint, resources, changes, waves, plan.diagnostics,
+                exposure_of(changes), keep & {c.uid for c in changes}, plan.desired_digests,
+                plan.managers)
 
 
 def group_by_owner(changes: list[Change]) -> dict[str, list[Change]]:
@@ -190,9 +230,12 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "diagnostics": [d.to_json() for d in sorted(plan.diagnostics, key=Diagnostic.sort_key)],
         "exposure": plan.exposure,
         "resources": [_resource_json(r) for r in plan.resources],
-        "backend_changes": [_change_json(c, wave_of) for c in plan.changes],
-        "drift": [c.uid for c in plan.drift],
+        "backend_changes": [_change_json(c, wave_of, c.uid in plan.drift_ids)
+                            for c in plan.changes],
+        "drift": sorted(plan.drift_ids),
         "waves": [{"index": i, "steps": wave} for i, wave in enumerate(plan.waves)],
+        "desired_digests": plan.desired_digests,
+        "managers": plan.managers,
     }
 
 
@@ -206,7 +249,7 @@ def _resource_json(resource: ResourcePlan) -> dict[str, Any]:
     }
 
 
-def _change_json(change: Change, wave_of: dict[str, int]) -> dict[str, Any]:
+def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[str, Any]:
     obj = change.obj
     waves = sorted({wave_of[f"{a} {change.uid}"] for a in change.actions
                     if f"{a} {change.uid}" in wave_of})
@@ -223,7 +266,7 @@ def _change_json(change: Change, wave_of: dict[str, int]) -> dict[str, Any]:
         "changes": [{"path": f.path, "before": f.before, "after": f.after}
                     for f in change.fields],
         "unknown": sorted(change.after.unknown) if change.after else [],
-        "drift": is_drift(change),
+        "drift": drift,
         "waves": waves,
     }
 
@@ -244,7 +287,7 @@ def dumps(plan: Plan) -> str:
     return json.dumps(plan_to_json(plan), indent=1, sort_keys=True, default=str) + "\n"
 
 
-class PlanFormatError(Exception):
+class PlanFormatError(UnetError):
     """A saved plan this version cannot read."""
 
 

@@ -178,12 +178,14 @@ def _painter(colour: bool) -> Callable[[str, str], str]:
 def render_markdown(doc: dict[str, Any], limit: int = PR_COMMENT_LIMIT, marker: str = "") -> str:
     """Summary first (it always survives); resource details cut from the end to fit `limit`."""
     head = _markdown_summary(doc, marker)
-    details = [_markdown_resource(doc, r) for r in _resources(doc)]
+    changes = {c["id"]: c for c in doc["backend_changes"]}
+    resources = _resources(doc)
     note = "\n_{n} more changed resources are not shown here (GitHub's size limit); " \
            "`unet show plan.json` prints the whole plan._\n"
     body = head
-    for index, block in enumerate(details):
-        rest = len(details) - index
+    for index, resource in enumerate(resources):  # rendered lazily: most may be cut
+        block = _markdown_resource(changes, resource)
+        rest = len(resources) - index
         if len(body) + len(block) + len(note.format(n=rest)) > limit:
             return body + note.format(n=rest)
         body += block
@@ -223,8 +225,7 @@ def _markdown_summary(doc: dict[str, Any], marker: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _markdown_resource(doc: dict[str, Any], resource: dict[str, Any]) -> str:
-    changes = {c["id"]: c for c in doc["backend_changes"]}
+def _markdown_resource(changes: dict[str, dict[str, Any]], resource: dict[str, Any]) -> str:
     action = _action(resource["actions"])
     lines = [f"<details><summary><code>{SYMBOL[action]}</code> <b>{resource['address']}</b> "
              f"{VERB[action]} — {_escape(resource['reason'])}</summary>", "", "```diff"]

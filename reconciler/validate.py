@@ -81,7 +81,9 @@ def revision_info(path: Path, rev: str | None) -> dict[str, object]:
 
         repo = git.Repo(path, search_parent_directories=True)
         try:
-            info["commit"] = repo.commit(rev).hexsha
+            commit = repo.commit(rev)
+            commit.tree  # noqa: B018  (reads the object: a shallow clone names absent parents)
+            info["commit"] = commit.hexsha
         except (git.BadName, ValueError) as exc:
             shallow = Path(repo.git_dir, "shallow").exists()
             hint = (" This clone is shallow: fetch the whole history (actions/checkout with "

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from managers.base import ManagerPlugin
@@ -9,8 +12,12 @@ from reconciler.models import Capability
 
 if TYPE_CHECKING:
     from reconciler.allocate import Allocations
+    from reconciler.diff import Change
     from reconciler.model import Model
     from reconciler.objects import BackendObject
+    from reconciler.order import Step
+
+    from .live import Northbound
 
 _NAME = {"type": "string", "minLength": 1, "maxLength": 63}
 
@@ -48,3 +55,64 @@ class OvnManager(ManagerPlugin):
         from .render import render
 
         return render(model, allocations, self.manager, self.config)
+
+    _nb: Northbound | None = None
+    _foreign: dict[str, set[str]] | None = None
+
+    @contextlib.contextmanager
+    def connect(self, workdir: Path) -> Iterator[None]:
+        from .embedded import EmbeddedNorthbound
+        from .live import Northbound
+
+        remote = self.config.get("northbound", "embedded")
+        with contextlib.ExitStack() as stack:
+            if remote == "embedded":
+                remote = stack.enter_context(EmbeddedNorthbound(workdir)).remote
+            ssl = {k: self.config[k] for k in ("sslKey", "sslCert", "sslCaCert")
+                   if k in self.config}
+            self._nb = Northbound(remote, ssl=ssl)
+            stack.callback(self._nb.close)
+            try:
+                yield
+            finally:
+                self._nb = None
+
+    @property
+    def nb(self) -> Northbound:
+        if self._nb is None:
+            raise RuntimeError("OvnManager.connect() first")
+        return self._nb
+
+    def observe(self) -> list[BackendObject]:
+        observed = self.nb.observe(self.installation, self.manager)
+        self._foreign = observed.foreign_names
+        return observed.objects
+
+    def conflicts(self, desired: list[BackendObject]) -> list[str]:
+        foreign = self._foreign or {}
+        return [f"{obj.table} named '{obj.fields.get('name')}' (for {obj.owner}) already exists "
+                "and is not managed by this installation"
+                for obj in desired
+                if obj.manager == self.manager and obj.fields.get("name") in foreign.get(
+                    obj.table, ())]
+
+    def apply(self, waves: Sequence[Sequence[Step]], changes: dict[str, Change],
+              progress: Callable[[int, int], None]) -> dict[str, int]:
+        return self.nb.apply(waves, changes, self.installation, progress)
+
+    def unmanaged(self) -> list[str]:
+        return [f"{table} {name}" for table, names in sorted((self._foreign or {}).items())
+                for name in sorted(names)]
+
+    def applied_digest(self) -> str | None:
+        return self.nb.global_tag(self._applied_tag)
+
+    def record_applied(self, digest: str) -> None:
+        self.nb.set_global_tag(self._applied_tag, digest)
+
+    @property
+    def _applied_tag(self) -> str:
+        return f"unet:applied:{self.installation}:{self.manager}"
+
+    def lock(self, timeout: float) -> contextlib.AbstractContextManager[None]:
+        return self.nb.lock(self.installation, timeout)

@@ -43,6 +43,37 @@ PRIORITY_INFRA = 1001
 PRIORITY_RULE = 1002
 DHCP_LEASE_TIME = "43200"
 
+#: The columns unet writes, per table; observe reads exactly these back.
+MANAGED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "Logical_Router": ("name", "options"),
+    "Logical_Switch": ("name", "other_config"),
+    "Logical_Router_Port": ("name", "mac", "networks", "ipv6_ra_configs", "options"),
+    "Logical_Switch_Port": ("name", "type", "addresses", "port_security", "options",
+                            "tag_request"),
+    "DHCP_Options": ("cidr", "options"),
+    "Port_Group": ("name",),
+    "ACL": ("direction", "priority", "match", "action", "log", "name", "severity"),
+    "Address_Set": ("name", "addresses"),
+    "NAT": ("type", "external_ip", "logical_ip", "external_mac", "logical_port",
+            "external_port_range", "options"),
+    "Logical_Router_Static_Route": ("ip_prefix", "nexthop", "output_port", "policy",
+                                    "route_table"),
+    "Gateway_Chassis": ("name", "chassis_name", "priority"),
+}
+#: Columns holding child rows (non-root tables live only while a parent holds them).
+PARENT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "Logical_Switch": ("ports",),
+    "Logical_Router": ("ports", "static_routes", "nat"),
+    "Port_Group": ("acls",),
+    "Logical_Router_Port": ("gateway_chassis",),
+}
+#: Columns referring to other rows of ours (weak references).
+REF_COLUMNS: dict[str, tuple[str, ...]] = {
+    "Port_Group": ("ports",),
+    "Logical_Switch_Port": ("dhcpv4_options", "dhcpv6_options"),
+    "NAT": ("gateway_port",),
+}
+
 
 def ident(*parts: str | None) -> str:
     """A name usable in OVN match expressions (`@pg`, `$as`): dots, no hyphens."""

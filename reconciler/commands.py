@@ -1,0 +1,231 @@
+"""`unet plan`, `unet apply` and `unet show plan`: the stages joined for people."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .apply import (
+    ApplyError,
+    ApplyResult,
+    changes_from_json,
+    check_appliable,
+    check_fresh,
+    execute,
+    managers_from_plan,
+    observe_all,
+    session,
+)
+from .model import Model
+from .pipeline import managers_of, plan_between, plan_live
+from .plan import Plan, PlanFormatError, check_format, dumps, plan_to_json, restrict_to
+from .plan_render import render_markdown, render_text
+from .progress import Progress
+from .report import render_human, summarize, use_colour
+from .validate import Validation, revision_info, validate_repo
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
+
+
+def _display_prefix(path: Path) -> str:
+    rel = os.path.relpath(path.resolve(), Path.cwd().resolve())
+    return "" if rel == "." else Path(rel).as_posix() + "/"
+
+
+def _print_validation(result: Validation, path: Path) -> None:
+    summary = summarize(result.diagnostics, result.files, len(result.documents))
+    render_human(result.diagnostics, summary, sys.stdout, _display_prefix(path),
+                 use_colour(sys.stdout))
+
+
+def print_plan(document: dict[str, Any], fmt: str) -> None:
+    if fmt == "json":
+        json.dump(document, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+    elif fmt == "markdown":
+        sys.stdout.write(render_markdown(document))
+    else:
+        sys.stdout.write(render_text(document, use_colour(sys.stdout)))
+
+
+def _validated_head(path: Path, rev: str | None, max_bytes: int) -> Validation | None:
+    head = validate_repo(path, rev, max_bytes)
+    if not head.ok:
+        _print_validation(head, path)
+        print("unet: the repo has errors; no plan", file=sys.stderr)
+        return None
+    return head
+
+
+# --- plan -----------------------------------------------------------------------------------
+
+
+def plan(args: argparse.Namespace) -> int:
+    if args.base is not None:
+        return _plan_between(args)
+    head = _validated_head(args.path, args.rev, args.max_file_size)
+    if head is None:
+        return EXIT_ERROR
+    managers = managers_of(Model(head.context), args.manager, resolve=True)  # type: ignore
+    inputs = {"head": revision_info(args.path, args.rev)}
+    with session(managers, Path.cwd(), args.lock_timeout):
+        result = _plan_live(head, managers, inputs, args.refresh_only)
+        unmanaged = _unmanaged(managers) if args.show_unmanaged else None
+    return _finish_plan(result, args, unmanaged)
+
+
+def _plan_between(args: argparse.Namespace) -> int:
+    head_rev = args.head or args.rev
+    inputs = {"head": revision_info(args.path, head_rev),
+              "base": revision_info(args.path, args.base)}
+    head = _validated_head(args.path, head_rev, args.max_file_size)
+    if head is None:
+        return EXIT_ERROR
+    base = validate_repo(args.path, args.base, args.max_file_size)
+    inputs["base"].update(valid=base.ok, errors=sum(d.is_error for d in base.diagnostics))
+    result = plan_between(base, head, inputs)
+    result.diagnostics += [d for d in head.diagnostics if not d.is_error]
+    return _finish_plan(result, args, None)
+
+
+def _plan_live(head: Validation, managers: dict[str, Any], inputs: dict[str, Any],
+               refresh_only: bool) -> Plan:
+    observed = observe_all(managers)
+    applied = {name: m.applied_digest() for name, m in managers.items()}
+    result = plan_live(head, managers, observed, inputs, applied)
+    result.diagnostics += [d for d in head.diagnostics if not d.is_error]
+    return restrict_to(result, result.drift_ids) if refresh_only else result
+
+
+def _unmanaged(managers: dict[str, Any]) -> dict[str, list[str]]:
+    return {name: m.unmanaged() for name, m in sorted(managers.items())}
+
+
+def _finish_plan(result: Plan, args: argparse.Namespace,
+                 unmanaged: dict[str, list[str]] | None) -> int:
+    document = plan_to_json(result)
+    if args.out:
+        args.out.write_text(dumps(result))
+    print_plan(document, args.format)
+    if unmanaged is not None and args.format == "text":
+        _print_unmanaged(unmanaged)
+    if not result.ok:
+        return EXIT_ERROR
+    return EXIT_CHANGES if args.detailed_exitcode and result.has_changes else EXIT_OK
+
+
+def _print_unmanaged(unmanaged: dict[str, list[str]]) -> None:
+    total = sum(len(v) for v in unmanaged.values())
+    print(f"\nUnmanaged: {total} backend objects are not this installation's "
+          "(never changed by unet):")
+    for manager, names in unmanaged.items():
+        for name in names:
+            print(f"  {manager}: {name}")
+
+
+def show_plan(args: argparse.Namespace) -> int:
+    try:
+        document = _load_plan(args.file)
+    except ApplyError as exc:
+        print(f"unet: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print_plan(document, args.format)
+    return EXIT_OK
+
+
+def _load_plan(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+        check_format(document)
+    except (OSError, ValueError, PlanFormatError) as exc:
+        raise ApplyError(f"cannot read the plan {path}: {exc}") from exc
+    return document  # type: ignore[no-any-return]
+
+
+# --- apply ----------------------------------------------------------------------------------
+
+
+def apply(args: argparse.Namespace) -> int:
+    try:
+        if args.target.is_file():
+            return _apply_saved(args)
+        return _apply_repo(args)
+    except ApplyError as exc:
+        print(f"unet: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _apply_repo(args: argparse.Namespace) -> int:
+    head = _validated_head(args.target, args.rev, args.max_file_size)
+    if head is None:
+        return EXIT_ERROR
+    managers = managers_of(Model(head.context), args.manager, resolve=True)  # type: ignore
+    inputs = {"head": revision_info(args.target, args.rev)}
+    with session(managers, Path.cwd(), args.lock_timeout):
+        result = _plan_live(head, managers, inputs, args.refresh_only)
+        document = plan_to_json(result)
+        print_plan(document, "text")
+        if not result.ok:
+            print("unet: the plan has errors; nothing was applied", file=sys.stderr)
+            return EXIT_ERROR
+        if not result.has_changes:
+            _record(managers, result.desired_digests)
+            return EXIT_OK
+        if not _confirmed(args.auto_approve):
+            print("unet: apply cancelled; nothing was changed", file=sys.stderr)
+            return EXIT_ERROR
+        outcome = execute(result.changes, result.waves, managers, Progress().wave)
+        return _report(outcome, managers, result.desired_digests)
+
+
+def _apply_saved(args: argparse.Namespace) -> int:
+    document = _load_plan(args.target)
+    check_appliable(document)
+    managers = managers_from_plan(document)
+    changes = changes_from_json(document)
+    with session(managers, Path.cwd(), args.lock_timeout):
+        check_fresh(document["observed_fingerprint"], observe_all(managers))
+        print_plan(document, "text")
+        if not document["has_changes"]:
+            return EXIT_OK
+        if not _confirmed(args.auto_approve):
+            print("unet: apply cancelled; nothing was changed", file=sys.stderr)
+            return EXIT_ERROR
+        waves = [w["steps"] for w in document["waves"]]
+        outcome = execute(changes, waves, managers, Progress().wave)
+        return _report(outcome, managers, document.get("desired_digests", {}))
+
+
+def _confirmed(auto_approve: bool) -> bool:
+    if auto_approve:
+        return True
+    if not sys.stdin.isatty():
+        raise ApplyError("refusing to apply without confirmation: input is not a terminal; "
+                         "pass --auto-approve (CI) after reviewing the plan")
+    answer = input("\nApply these changes? Only 'yes' is accepted: ")
+    return answer.strip() == "yes"
+
+
+def _report(outcome: ApplyResult, managers: dict[str, Any], digests: dict[str, str]) -> int:
+    counts = outcome.counts
+    print(f"\nApply complete: {counts['create']} created, {counts['update']} updated, "
+          f"{counts['delete']} deleted in {outcome.seconds:.1f} s.")
+    if outcome.mismatches:
+        print(f"unet: after the apply, {len(outcome.mismatches)} objects are not as planned:",
+              file=sys.stderr)
+        for line in outcome.mismatches[:20]:
+            print(f"  {line}", file=sys.stderr)
+        print("run `unet apply` again; if this persists, it is a bug in unet", file=sys.stderr)
+        return EXIT_ERROR
+    _record(managers, digests)
+    return EXIT_OK
+
+
+def _record(managers: dict[str, Any], digests: dict[str, str]) -> None:
+    for name, manager in managers.items():
+        if name in digests:
+            manager.record_applied(digests[name])
