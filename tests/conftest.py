@@ -15,3 +15,20 @@ def example_copy(tmp_path: Path) -> Path:
     target = tmp_path / "repo"
     shutil.copytree(EXAMPLE, target)
     return target
+
+
+@pytest.fixture
+def lab(tmp_path: Path):
+    """A running OVN control plane (NB, SB, northd) for one test."""
+    from .ovnlab import OvnLab
+
+    with OvnLab(tmp_path / "ovn") as running:
+        yield running
+
+
+def use_northbound(repo: Path, remote: str) -> None:
+    """Point the repo's ovn NetworkManager at `remote` instead of the embedded database."""
+    managers = repo / "provider" / "managers.yaml"
+    text = managers.read_text()
+    assert "northbound: embedded" in text
+    managers.write_text(text.replace("northbound: embedded", f"northbound: {remote}"))
