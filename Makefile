@@ -7,8 +7,12 @@ BIN := $(VENV)/bin
 setup:
 	@./scripts/setup
 
+# The example's hosting clusters (its kubernetes manager) do not exist on a demo machine,
+# so the demo drives the OVN manager only, against the embedded Northbound database.
 demo: setup
 	$(BIN)/unet validate examples/network-repo
+	$(BIN)/unet apply examples/network-repo --manager ovn --auto-approve
+	$(BIN)/unet plan examples/network-repo --manager ovn
 
 test: setup
 	$(BIN)/ruff check .
