@@ -26,6 +26,7 @@ from .errors import UnetError
 
 DEFAULT_MAX_FILE_BYTES = 1024 * 1024
 MAX_ALIASES = 100
+MAX_NODES = 250_000  # values one file may expand to, aliases included
 MAX_DEPTH = 64
 # libyaml composes nested collections by recursing in C, without a bound: some ten thousand
 # levels (a 20 KB file of '[') overflow the stack and kill the process. Every level needs
@@ -116,18 +117,25 @@ class _Builder:
         self.file = file
         self.seen: set[int] = set()
         self.aliases = 0
+        self.nodes = 0
         self.lines: dict[Path_, int] = {}
         self.diagnostics: list[Diagnostic] = []
 
-    def build(self, node: Node, path: Path_, depth: int = 0) -> Any:
+    def build(self, node: Node, path: Path_, depth: int = 0, aliased: bool = False) -> Any:
+        """Plain data of `node`; `aliased` while inside a subtree reached through an alias."""
         if depth > MAX_DEPTH:
             raise _Unsafe(f"nesting deeper than {MAX_DEPTH} levels", node)
-        if id(node) in self.seen:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _Unsafe(f"the file expands to more than {MAX_NODES:,} values (alias bomb?)",
+                          node)
+        if id(node) not in self.seen:
+            self.seen.add(id(node))
+        elif not aliased:
+            aliased = True
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
-                raise _Unsafe(f"more than {MAX_ALIASES} aliases (alias bomb?)", node)
-        else:
-            self.seen.add(id(node))
+                raise _Unsafe(f"more than {MAX_ALIASES} aliases", node)
         if isinstance(node, ScalarNode):
             return self._scalar(node)
         if isinstance(node, SequenceNode):
@@ -135,13 +143,14 @@ class _Builder:
             items = []
             for index, item in enumerate(node.value):
                 self.lines[(*path, index)] = item.start_mark.line + 1
-                items.append(self.build(item, (*path, index), depth + 1))
+                items.append(self.build(item, (*path, index), depth + 1, aliased))
             return items
         if isinstance(node, MappingNode):
-            return self._mapping(node, path, depth)
+            return self._mapping(node, path, depth, aliased)
         raise _Unsafe(f"unsupported YAML node {type(node).__name__}", node)
 
-    def _mapping(self, node: MappingNode, path: Path_, depth: int) -> dict[str, Any]:
+    def _mapping(self, node: MappingNode, path: Path_, depth: int,
+                 aliased: bool) -> dict[str, Any]:
         self._check_tag(node, "map")
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -165,7 +174,7 @@ class _Builder:
                 )
                 continue
             self.lines[(*path, key)] = key_line
-            out[key] = self.build(value_node, (*path, key), depth + 1)
+            out[key] = self.build(value_node, (*path, key), depth + 1, aliased)
         return out
 
     def _scalar(self, node: ScalarNode) -> Any:

@@ -1,0 +1,32 @@
+"""Loading details that the bad-input matrix does not cover."""
+
+from __future__ import annotations
+
+from reconciler.load import MAX_ALIASES, parse_manifest_file
+
+
+def _anchored(uses: int) -> bytes:
+    """A valid document whose 30-value block is anchored once and aliased `uses` times."""
+    block = "\n".join(f"    k{i}: v{i}" for i in range(30))
+    aliases = "\n".join(f"  copy{i}: *common" for i in range(uses))
+    return f"a:\n  common: &common\n{block}\n{aliases}\n".encode()
+
+
+def test_ordinary_anchors_are_accepted() -> None:
+    documents, problems = parse_manifest_file("x.yaml", _anchored(4))
+    assert problems == []
+    assert documents[0].data["a"]["copy3"]["k29"] == "v29"
+
+
+def test_alias_uses_are_bounded_not_the_values_behind_them() -> None:
+    _docs, problems = parse_manifest_file("x.yaml", _anchored(MAX_ALIASES + 1))
+    assert [p.code for p in problems] == ["YAML_UNSAFE"]
+    assert "aliases" in problems[0].message
+
+
+def test_an_alias_bomb_under_the_alias_count_is_caught_by_its_size() -> None:
+    levels = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    levels += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 8)]
+    _docs, problems = parse_manifest_file("bomb.yaml", "\n".join(levels).encode())
+    assert [p.code for p in problems] == ["YAML_UNSAFE"]
+    assert "expands" in problems[0].message
