@@ -1,0 +1,811 @@
+"""What the example repo means on the wire, proven with ovn-trace as an independent oracle.
+
+unet applies examples/network-repo to a real OVN Northbound database, ovn-northd compiles
+the rows into logical flows, and ovn-trace follows packets through them. Ports, MACs and
+addresses are read back from the Northbound rows by their `unet:key` tags (allocations may
+legitimately change); what each packet must do is asserted. Manifest values (fixed
+addresses, DNS servers, routes, pool gateways) come from the manifests themselves.
+
+First packets are traced with `--ct=new` for every conntrack step, so security groups
+decide them as new connections; every trace asserts that no step silently fell back to
+ovn-trace's default "established". Outbound and inbound NAT need a neighbour that owns the
+pool gateway address: the tests add an "upstream router" port to each external switch by
+hand (no chassis is needed: ovn-trace follows the distributed gateway port's redirect).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import EXAMPLE, use_northbound
+from .ovnlab import OvnLab
+
+OUTSIDE = "198.18.0.1"  # RFC 2544 benchmarking space: "somewhere on the Internet"
+OFFICE = "192.0.2.10"  # inside 192.0.2.0/24, the example's office / DR site
+NEW = ("--ct=new",) * 6  # more than any path here has; extra flags are unused
+TABLES = ("Logical_Switch", "Logical_Switch_Port", "Logical_Router", "Logical_Router_Port",
+          "Port_Group", "Address_Set")
+UPSTREAM_MAC = "02:00:5e:00:00:{:02x}"
+API = "network.osac.io/v1alpha1"
+
+
+# --- the applied Northbound, by unet:key -----------------------------------------------------
+
+
+def _ovsdb(value: Any) -> Any:
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
+        kind, inner = value
+        if kind == "map":
+            return {k: _ovsdb(v) for k, v in inner}
+        if kind == "set":
+            return [_ovsdb(v) for v in inner]
+        if kind == "uuid":
+            return inner
+    return value
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+@dataclass(frozen=True)
+class Port:
+    """A logical switch port as traffic sees it."""
+
+    name: str
+    switch: str
+    mac: str
+    ip4: str | None = None
+    ip6: str | None = None
+    extra: tuple[str, ...] = ()  # further addresses (cluster VIPs)
+
+
+@dataclass(frozen=True)
+class RouterPort:
+    name: str
+    mac: str
+    ip4: str | None
+    ip6: str | None
+
+
+class Northbound:
+    """unet's rows of the applied Northbound database, found by their `unet:key` tag."""
+
+    def __init__(self, lab: OvnLab) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.by_uuid: dict[str, dict[str, Any]] = {}
+        for table in TABLES:
+            listing = json.loads(lab.nbctl("--format=json", "list", table))
+            for data in listing["data"]:
+                row = {h: _ovsdb(v) for h, v in zip(listing["headings"], data, strict=True)}
+                row["_table"] = table
+                self.by_uuid[row["_uuid"]] = row
+                tag = row["external_ids"].get("unet:key")
+                if tag is not None:
+                    self.rows[tag] = row
+        self.switch_of = {uuid: ls["name"] for ls in self.by_uuid.values()
+                          if ls["_table"] == "Logical_Switch"
+                          for uuid in _as_list(ls["ports"])}
+
+    def row(self, tag: str) -> dict[str, Any]:
+        assert tag in self.rows, f"unet wrote no row {tag}"
+        return self.rows[tag]
+
+    def port(self, tenant: str, kind: str, name: str, index: int = 0) -> Port:
+        row = self.row(f"Logical_Switch_Port/{tenant}/{kind}/{name}/{index}")
+        return self._port(row)
+
+    def _port(self, row: dict[str, Any]) -> Port:
+        mac, *addresses = _as_list(row["addresses"])[0].split()
+        ip4 = [a for a in addresses if ":" not in a]
+        ip6 = [a for a in addresses if ":" in a]
+        return Port(row["name"], self.switch_of[row["_uuid"]], mac,
+                    ip4[0] if ip4 else None, ip6[0] if ip6 else None, tuple(ip4[1:]))
+
+    def tenant_ports(self, tenant: str) -> list[Port]:
+        """Every workload port of a tenant."""
+        return [self._port(row) for tag, row in self.rows.items()
+                if tag.startswith(f"Logical_Switch_Port/{tenant}/")
+                and row["type"] == "" and tag.count("/") == 4]
+
+    def router_port(self, tag: str) -> RouterPort:
+        row = self.row(tag)
+        networks = [n.split("/")[0] for n in _as_list(row["networks"])]
+        return RouterPort(row["name"], row["mac"],
+                          next((n for n in networks if ":" not in n), None),
+                          next((n for n in networks if ":" in n), None))
+
+    def gateway(self, tenant: str, subnet: str) -> RouterPort:
+        """The router port that is the subnet's gateway."""
+        return self.router_port(f"Logical_Router_Port/{tenant}/{subnet}")
+
+    def external_ip(self, tenant: str, name: str) -> str:
+        """The allocated address of an ExternalIP (its reservation row)."""
+        return _as_list(self.row(f"Address_Set/{tenant}/eip/{name}")["addresses"])[0]
+
+    def group(self, tenant: str, vn: str, name: str | None = None) -> str:
+        """The Port_Group name of a security group (or, without a name, of the whole VN)."""
+        tag = f"Port_Group/{tenant}/{vn}" + (f"/{name}" if name else "")
+        return self.row(tag)["name"]
+
+    def datapaths(self, tenant: str) -> set[str]:
+        """Names of the tenant's switches and routers."""
+        return {row["name"] for tag, row in self.rows.items()
+                if tag.split("/")[0] in ("Logical_Switch", "Logical_Router")
+                and tag.split("/")[1] == tenant}
+
+
+# --- ovn-trace output --------------------------------------------------------------------------
+
+_HEADER = re.compile(r'^\s*(ingress|egress)\(dp="([^"]+)"')
+_STAGE = re.compile(r"^\s*\d+\. (\S+) \([^)]*\): (.*), priority (\d+), uuid [0-9a-f]+$")
+_CT = re.compile(r"^\s*ct_next\(ct_state=([^)]*)\)$")
+_BLOCK = re.compile(r"^(\w+)(?:\((.*)\))?(?:\s*/\*.*\*/)?\s*\{$")
+_ASSIGN = re.compile(r"^([a-z][a-z0-9_.]*) = (.+);$")
+_OUTPUT = re.compile(r'^output\("([^"]+)"\);$')
+
+
+def _normal(name: str, value: str) -> str:
+    """ovn-trace prints some MACs as integers (0x251fd534f4d)."""
+    if value.startswith("0x") and (name.startswith("eth.") or name in ("arp.sha", "arp.tha")):
+        digits = f"{int(value, 16):012x}"
+        return ":".join(digits[i:i + 2] for i in range(0, 12, 2))
+    return value
+
+
+@dataclass
+class Stage:
+    datapath: str
+    table: str
+    match: str
+    priority: int
+    actions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Trace:
+    flow: str
+    text: str
+    outputs: list[tuple[str, dict[str, str]]]  # (port, the packet's fields as it leaves)
+    stages: list[Stage]
+    ct_states: list[str]
+    minimal: list[str]
+
+    @classmethod
+    def parse(cls, flow: str, text: str, fields: dict[str, str]) -> Trace:
+        detailed = text.split("# Detailed trace.", 1)[1].split("# Summary trace.", 1)[0]
+        minimal = text.split("# Minimal trace.", 1)[1].strip().splitlines()
+        stages: list[Stage] = []
+        ct_states: list[str] = []
+        datapath = ""
+        for line in detailed.splitlines():
+            if header := _HEADER.match(line):
+                datapath = header.group(2)
+            elif stage := _STAGE.match(line):
+                stages.append(Stage(datapath, stage.group(1), stage.group(2),
+                                    int(stage.group(3))))
+            elif ct := _CT.match(line):
+                ct_states.append(ct.group(1))
+            elif stages and line.startswith("    ") and line.strip():
+                stages[-1].actions.append(line.strip())
+        outputs: list[tuple[str, dict[str, str]]] = []
+        stack = [dict(fields)]
+        for raw in minimal:
+            line = raw.strip()
+            if line in ("};", "}"):
+                stack.pop()
+            elif block := _BLOCK.match(line):
+                inner = dict(stack[-1])
+                for part in (block.group(2) or "").split(","):
+                    name, _, value = part.strip().partition("=")
+                    if "." in name and value:
+                        inner[name.strip()] = _normal(name.strip(), value.strip())
+                stack.append(inner)
+            elif out := _OUTPUT.match(line):
+                outputs.append((out.group(1), dict(stack[-1])))
+            elif assign := _ASSIGN.match(line):
+                stack[-1][assign.group(1)] = _normal(assign.group(1), assign.group(2))
+        return cls(flow, text, outputs, stages, ct_states, minimal)
+
+    def __str__(self) -> str:
+        return f"ovn-trace of {self.flow}\n" + "\n".join(self.minimal) + "\n" + self.text
+
+    @property
+    def ports(self) -> list[str]:
+        return [port for port, _ in self.outputs]
+
+    @property
+    def datapaths(self) -> set[str]:
+        return {stage.datapath for stage in self.stages}
+
+    @property
+    def drops(self) -> list[Stage]:
+        return [s for s in self.stages if "drop;" in s.actions]
+
+    def acls(self, table: str) -> list[Stage]:
+        """The stages of `table` (ls_in_acl, ls_out_acl) where one of unet's ACLs matched."""
+        return [s for s in self.stages if s.table == table and "@unet." in s.match]
+
+
+def trace(lab: OvnLab, datapath: str, fields: dict[str, str], rest: str,
+          ct: tuple[str, ...] = NEW) -> Trace:
+    flow = " && ".join([*(f"{k} == {v}" for k, v in fields.items()), rest])
+    result = Trace.parse(flow, lab.trace(datapath, flow, "--all", *ct), fields)
+    if ct == NEW:
+        assert all("new" in s.split("|") for s in result.ct_states), \
+            f"a conntrack step was not traced as new: {result.ct_states}\n{result}"
+    return result
+
+
+def delivered(result: Trace, port: Port | str) -> dict[str, str]:
+    """Assert the packet leaves through `port` only; its fields there."""
+    name = port if isinstance(port, str) else port.name
+    assert result.ports == [name], f"expected delivery to {name} only\n{result}"
+    assert not result.drops, f"delivered, but something dropped a copy\n{result}"
+    return result.outputs[0][1]
+
+
+def dropped(result: Trace, table: str, datapath: str, match: str | None = None) -> Stage:
+    """Assert the packet goes nowhere and was dropped in `table` of `datapath`."""
+    assert result.ports == [], f"expected a drop, but it was output\n{result}"
+    assert len(result.drops) == 1, f"expected exactly one drop\n{result}"
+    stage = result.drops[0]
+    assert (stage.table, stage.datapath) == (table, datapath), \
+        f"dropped in {stage.table} of {stage.datapath}, not {table} of {datapath}\n{result}"
+    if match is not None:
+        assert match in stage.match, f"dropped by {stage.match!r}, not {match!r}\n{result}"
+    return stage
+
+
+def allowed_by(result: Trace, table: str, *parts: str) -> Stage:
+    """Assert one of unet's ACLs in `table` matched and its match contains `parts`."""
+    acls = result.acls(table)
+    assert len(acls) == 1, f"expected one unet ACL verdict in {table}, got {acls}\n{result}"
+    assert "drop;" not in acls[0].actions, f"{table} dropped\n{result}"
+    for part in parts:
+        assert part in acls[0].match, f"{part!r} not in the deciding ACL {acls[0].match!r}"
+    return acls[0]
+
+
+def ip_packet(port: Port, eth_dst: str, dst: str, *, src: str | None = None,
+              eth_src: str | None = None) -> dict[str, str]:
+    family = "ip6" if ":" in dst else "ip4"
+    source = src or (port.ip6 if family == "ip6" else port.ip4)
+    assert source is not None, f"{port.name} has no {family} address"
+    return {"inport": f'"{port.name}"', "eth.src": eth_src or port.mac, "eth.dst": eth_dst,
+            f"{family}.src": source, f"{family}.dst": dst}
+
+
+def arp_request(inport: str, mac: str, ip: str, target: str) -> dict[str, str]:
+    return {"inport": f'"{inport}"', "eth.src": mac, "eth.dst": "ff:ff:ff:ff:ff:ff",
+            "arp.op": "1", "arp.sha": mac, "arp.spa": ip, "arp.tha": "00:00:00:00:00:00",
+            "arp.tpa": target}
+
+
+TCP = "ip.ttl == 64 && tcp && tcp.dst == {}"
+
+
+# --- the labs ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Fabric:
+    lab: OvnLab
+    nb: Northbound
+    repo: Path
+    upstream: dict[str, Port]  # region → the upstream router's port on its external switch
+
+    def send(self, port: Port, eth_dst: str, dst: str, rest: str, *, src: str | None = None,
+             eth_src: str | None = None, ct: tuple[str, ...] = NEW) -> Trace:
+        return trace(self.lab, port.switch, ip_packet(port, eth_dst, dst, src=src,
+                                                      eth_src=eth_src), rest, ct)
+
+    def arp(self, port: Port, target: str) -> Trace:
+        assert port.ip4 is not None
+        return trace(self.lab, port.switch, arp_request(port.name, port.mac, port.ip4, target),
+                     "1", ())
+
+    def resolve(self, port: Port, target: str) -> str:
+        """The MAC that answers `port`'s ARP request for `target`."""
+        result = self.arp(port, target)
+        replies = [f for name, f in result.outputs
+                   if name == port.name and f.get("arp.op") == "2"]
+        assert len(replies) == 1, f"no single ARP reply for {target}\n{result}"
+        assert replies[0]["arp.spa"] == target and replies[0]["eth.dst"] == port.mac, result
+        return replies[0]["arp.sha"]
+
+
+def _docs(repo: Path, rel: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((repo / rel).read_text()) if d]
+
+
+def _append(repo: Path, rel: str, *docs: dict[str, Any]) -> None:
+    path = repo / rel
+    old = path.read_text() if path.exists() else ""
+    path.write_text(old + "".join("\n---\n" + yaml.safe_dump(d, sort_keys=False) for d in docs))
+
+
+@contextmanager
+def applied(root: Path, repo: Path) -> Iterator[Fabric]:
+    """A lab whose Northbound holds the repo, applied by `unet apply`, plus upstream routers."""
+    with OvnLab(root / "ovn") as lab:
+        use_northbound(repo, lab.nb_remote)
+        run = subprocess.run([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
+                              "--manager", "ovn", "--auto-approve"],
+                             capture_output=True, text=True, cwd=repo, timeout=120)
+        assert run.returncode == 0, run.stdout + run.stderr
+        upstream = {}
+        for index, pool in enumerate(_docs(repo, "provider/pools.yaml"), start=1):
+            region, gateway = pool["spec"]["region"], pool["spec"]["gateway"]
+            switch = Northbound(lab).row(f"Logical_Switch/external/{region}")["name"]
+            name, mac = f"upstream.{region}", UPSTREAM_MAC.format(index)
+            lab.nbctl("lsp-add", switch, name, "--", "lsp-set-addresses", name,
+                      f"{mac} {gateway}")
+            upstream[region] = Port(name, switch, mac, gateway)
+        lab.sync()
+        yield Fabric(lab, Northbound(lab), repo, upstream)
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    """The example repo, applied unchanged."""
+    root = tmp_path_factory.mktemp("trace-example")
+    repo = root / "repo"
+    shutil.copytree(EXAMPLE, repo)
+    with applied(root, repo) as fabric:
+        yield fabric
+
+
+
+@pytest.fixture(scope="module")
+def initech(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    """The example plus, in initech's lab, a second default-group runner and a `tools` subnet
+    whose VM uses a declared group (so lab has members and non-members of `default`)."""
+    root = tmp_path_factory.mktemp("trace-initech")
+    repo = root / "repo"
+    shutil.copytree(EXAMPLE, repo)
+    _append(repo, "tenants/initech/network.yaml", {
+        "apiVersion": API, "kind": "Subnet", "metadata": {"name": "tools"},
+        "spec": {"virtualNetwork": "lab", "ipv4Cidr": "192.168.2.0/24"}})
+    _append(repo, "tenants/initech/security-groups.yaml", {
+        "apiVersion": API, "kind": "SecurityGroup", "metadata": {"name": "tools"},
+        "spec": {"virtualNetwork": "lab",
+                 "ingress": [{"protocol": "tcp", "portFrom": 22, "portTo": 22,
+                              "cidr": "0.0.0.0/0"}],
+                 "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"}]}})
+    _append(repo, "tenants/initech/compute.yaml", {
+        "apiVersion": API, "kind": "ComputeInstance", "metadata": {"name": "ci-runner-2"},
+        "spec": {"networkAttachments": [{"subnet": "build"}]}}, {
+        "apiVersion": API, "kind": "ComputeInstance", "metadata": {"name": "tools-1"},
+        "spec": {"networkAttachments": [{"subnet": "tools", "securityGroups": ["tools"]}]}})
+    with applied(root, repo) as fabric:
+        yield fabric
+
+
+# --- 1. same subnet ----------------------------------------------------------------------------
+
+
+def test_same_subnet_traffic_follows_the_security_groups(example: Fabric) -> None:
+    nb = example.nb
+    web1, web2 = nb.port("acme", "ComputeInstance", "web-1"), \
+        nb.port("acme", "ComputeInstance", "web-2")
+    web, prod = nb.group("acme", "prod", "web"), nb.group("acme", "prod")
+    assert web1.switch == web2.switch
+
+    https = example.send(web1, web2.mac, web2.ip4, TCP.format(443))
+    packet = delivered(https, web2)
+    assert (packet["ip4.src"], packet["ip4.dst"]) == (web1.ip4, web2.ip4)
+    assert https.datapaths == {web1.switch}  # switched, never routed
+    allowed_by(https, "ls_in_acl", f"inport == @{web} && ip4")  # web's egress: all
+    allowed_by(https, "ls_out_acl", f"outport == @{web} && ip4", "tcp.dst == 443")
+
+    telnet = example.send(web1, web2.mac, web2.ip4, TCP.format(23))
+    dropped(telnet, "ls_out_acl", web1.switch, f"outport == @{prod} && ip")
+
+    # SSH is open only to the office: not even to a neighbour in the same group.
+    ssh = example.send(web1, web2.mac, web2.ip4, TCP.format(22))
+    dropped(ssh, "ls_out_acl", web1.switch, f"outport == @{prod} && ip")
+    ping = example.send(web1, web2.mac, web2.ip4, "ip.ttl == 64 && icmp4 && icmp4.type == 8")
+    delivered(ping, web2)
+    allowed_by(ping, "ls_out_acl", "icmp4.type == 8")
+
+
+def test_replies_of_allowed_connections_flow(example: Fabric) -> None:
+    """Stateful groups: web-2's answer to web-1's HTTPS is no new connection (est, reply)."""
+    nb = example.nb
+    web1, web2 = nb.port("acme", "ComputeInstance", "web-1"), \
+        nb.port("acme", "ComputeInstance", "web-2")
+    answer = "ip.ttl == 64 && tcp && tcp.src == 443 && tcp.dst == 40000"
+    delivered(example.send(web2, web1.mac, web1.ip4, answer, ct=("--ct=est,rpl",) * 2), web1)
+    # The same packet opening a connection is not allowed (web admits no port 40000).
+    dropped(example.send(web2, web1.mac, web1.ip4, answer), "ls_out_acl", web1.switch)
+
+
+# --- 2. across subnets, through the router -----------------------------------------------------
+
+
+def test_cross_subnet_traffic_is_routed_and_filtered(example: Fabric) -> None:
+    nb = example.nb
+    web1 = nb.port("acme", "ComputeInstance", "web-1")
+    db1 = nb.port("acme", "ComputeInstance", "db-1")
+    db_doc = next(d for d in _docs(example.repo, "tenants/acme/compute.yaml")
+                  if d["metadata"]["name"] == "db-1")
+    assert db1.ip4 == db_doc["spec"]["networkAttachments"][0]["ipAddress"]
+    gw_web, gw_db = nb.gateway("acme", "web"), nb.gateway("acme", "db")
+    router = nb.row("Logical_Router/acme/prod")["name"]
+    db, web, prod = (nb.group("acme", "prod", "db"), nb.group("acme", "prod", "web"),
+                     nb.group("acme", "prod"))
+
+    # web-1 finds its gateway by ARP: the router port answers with its MAC.
+    assert example.resolve(web1, gw_web.ip4) == gw_web.mac
+
+    postgres = example.send(web1, gw_web.mac, db1.ip4, TCP.format(5432))
+    packet = delivered(postgres, db1)
+    assert packet["eth.src"] == gw_db.mac and packet["eth.dst"] == db1.mac
+    assert (packet["ip4.src"], packet["ip4.dst"]) == (web1.ip4, db1.ip4)  # no NAT inside
+    assert postgres.datapaths == {web1.switch, router, db1.switch}
+    allowed_by(postgres, "ls_out_acl", f"outport == @{db}", f"ip4.src == ${web}_ip4",
+               "tcp.dst == 5432")
+
+    ssh = example.send(web1, gw_web.mac, db1.ip4, TCP.format(22))
+    dropped(ssh, "ls_out_acl", db1.switch, f"outport == @{prod} && ip")
+
+    # The remote group means its members only: k1's node (group k1-nodes) may not.
+    k1 = nb.port("acme", "Cluster", "k1")
+    gw_nodes = nb.gateway("acme", "nodes")
+    stranger = example.send(k1, gw_nodes.mac, db1.ip4, TCP.format(5432))
+    dropped(stranger, "ls_out_acl", db1.switch, f"outport == @{prod} && ip")
+
+
+def test_ipv6_between_web_and_db(example: Fabric) -> None:
+    """web's only egress rule is 0.0.0.0/0, so web-1 sends no IPv6 at all; db's IPv6 rule
+    from `web` still admits web's IPv6 addresses (shown by injecting at the router port)."""
+    nb = example.nb
+    web1 = nb.port("acme", "ComputeInstance", "web-1")
+    db1 = nb.port("acme", "ComputeInstance", "db-1")
+    gw_web, gw_db = nb.gateway("acme", "web"), nb.gateway("acme", "db")
+    web, db, prod = (nb.group("acme", "prod", "web"), nb.group("acme", "prod", "db"),
+                     nb.group("acme", "prod"))
+    assert web1.ip6 and db1.ip6 and gw_web.ip6
+
+    egress = example.send(web1, gw_web.mac, db1.ip6, TCP.format(5432))
+    dropped(egress, "ls_in_acl", web1.switch, f"inport == @{prod} && ip")
+
+    routed = trace(example.lab, db1.switch, {
+        "inport": f'"{nb.row("Logical_Switch_Port/acme/db/router")["name"]}"',
+        "eth.src": gw_db.mac, "eth.dst": db1.mac, "ip6.src": web1.ip6, "ip6.dst": db1.ip6,
+    }, TCP.format(5432))
+    delivered(routed, db1)
+    allowed_by(routed, "ls_out_acl", f"outport == @{db}", f"ip6.src == ${web}_ip6")
+
+
+def test_groups_of_a_workload_with_two_ports(example: Fabric) -> None:
+    """globex: app-1 has a port on app and on data, db-metal one on each too."""
+    nb = example.nb
+    app_a, app_d = (nb.port("globex", "ComputeInstance", "app-1", i) for i in (0, 1))
+    metal_d, metal_a = (nb.port("globex", "BaremetalInstance", "db-metal", i) for i in (0, 1))
+    app, database, corp = (nb.group("globex", "corp", "app"),
+                           nb.group("globex", "corp", "database"), nb.group("globex", "corp"))
+    assert app_d.switch == metal_d.switch and app_a.switch == metal_a.switch
+
+    same = example.send(app_d, metal_d.mac, metal_d.ip4, TCP.format(5432))
+    delivered(same, metal_d)
+    allowed_by(same, "ls_out_acl", f"outport == @{database}", f"ip4.src == ${app}_ip4")
+    routed = example.send(app_a, nb.gateway("globex", "app").mac, metal_d.ip4,
+                          TCP.format(5432))
+    delivered(routed, metal_d)
+    # Replication between database hosts: the group admits its own members.
+    replication = example.send(metal_a, nb.gateway("globex", "app").mac, metal_d.ip4,
+                               TCP.format(5432))
+    delivered(replication, metal_d)
+    allowed_by(replication, "ls_out_acl", f"ip4.src == ${database}_ip4")
+    dropped(example.send(app_d, metal_d.mac, metal_d.ip4, TCP.format(22)), "ls_out_acl",
+            metal_d.switch, f"outport == @{corp} && ip")
+    # app admits 8443 from anywhere, on both of app-1's ports.
+    for port in (app_a, app_d):
+        eth_dst = port.mac if port.switch == metal_a.switch else nb.gateway("globex", "app").mac
+        delivered(example.send(metal_a, eth_dst, port.ip4, TCP.format(8443)), port)
+
+
+# --- 3. the implicit default group -------------------------------------------------------------
+
+
+def test_default_group_egress_is_open_and_stateful(example: Fabric) -> None:
+    nb = example.nb
+    runner = nb.port("initech", "ComputeInstance", "ci-runner-1")
+    default = nb.group("initech", "lab", "default")
+    members = _as_list(nb.row("Port_Group/initech/lab/default")["ports"])
+    runner_uuid = nb.row("Logical_Switch_Port/initech/ComputeInstance/ci-runner-1/0")["_uuid"]
+    assert members == [runner_uuid], "a port without securityGroups is in `default`"
+    gw = nb.gateway("initech", "build")
+
+    # Ping the gateway: the request passes the runner's egress, the router answers and the
+    # answer (a reply of the allowed connection) comes back.
+    echo = "ip.ttl == 64 && icmp4 && icmp4.type == 8 && icmp4.code == 0"
+    ping = example.send(runner, gw.mac, gw.ip4, echo, ct=("--ct=new", "--ct=est,rpl"))
+    answer = delivered(ping, runner)
+    assert (answer["ip4.src"], answer["ip4.dst"], answer["icmp4.type"]) == \
+        (gw.ip4, runner.ip4, "0")
+    allowed_by(ping, "ls_in_acl", f"inport == @{default} && ip4")
+
+    # lab has no NATGateway, so its router has no way out.
+    router = nb.row("Logical_Router/initech/lab")["name"]
+    out = example.send(runner, gw.mac, OUTSIDE, TCP.format(443))
+    allowed_by(out, "ls_in_acl", f"inport == @{default} && ip4")
+    dropped(out, "lr_in_ip_routing", router)
+
+
+def test_default_group_ingress_only_from_its_members(initech: Fabric) -> None:
+    nb = initech.nb
+    runner1 = nb.port("initech", "ComputeInstance", "ci-runner-1")
+    runner2 = nb.port("initech", "ComputeInstance", "ci-runner-2")
+    tools1 = nb.port("initech", "ComputeInstance", "tools-1")
+    default, tools, lab = (nb.group("initech", "lab", "default"),
+                           nb.group("initech", "lab", "tools"), nb.group("initech", "lab"))
+    gw_build, gw_tools = nb.gateway("initech", "build"), nb.gateway("initech", "tools")
+
+    # A member of default reaches a member on any port and protocol ...
+    for rest in (TCP.format(5000), "ip.ttl == 64 && udp && udp.dst == 53"):
+        member = initech.send(runner2, runner1.mac, runner1.ip4, rest)
+        delivered(member, runner1)
+        allowed_by(member, "ls_out_acl", f"outport == @{default}",
+                   f"ip4.src == ${default}_ip4")
+    # ... a non-member of the same network does not, on any port.
+    for port in (22, 5000):
+        outsider = initech.send(tools1, gw_tools.mac, runner1.ip4, TCP.format(port))
+        allowed_by(outsider, "ls_in_acl", f"inport == @{tools}")  # tools' egress is open
+        dropped(outsider, "ls_out_acl", runner1.switch, f"outport == @{lab} && ip")
+
+    # Egress of default is open: the runner reaches tools-1, whose own group decides.
+    ssh = initech.send(runner1, gw_build.mac, tools1.ip4, TCP.format(22))
+    delivered(ssh, tools1)
+    allowed_by(ssh, "ls_in_acl", f"inport == @{default} && ip4")
+    allowed_by(ssh, "ls_out_acl", f"outport == @{tools}", "tcp.dst == 22")
+    other = initech.send(runner1, gw_build.mac, tools1.ip4, TCP.format(23))
+    allowed_by(other, "ls_in_acl", f"inport == @{default} && ip4")
+    dropped(other, "ls_out_acl", tools1.switch, f"outport == @{lab} && ip")
+
+
+# --- 4. VirtualNetworks are isolated -----------------------------------------------------------
+
+
+def test_virtual_networks_never_reach_each_other(example: Fabric) -> None:
+    """acme prod and globex corp both use 10.10.0.0/16; nothing crosses between them."""
+    nb = example.nb
+    # A VN's own switches and router, and its region's external switch (the way out).
+    acme, globex = (nb.datapaths(t) | {nb.row(f"Logical_Switch/external/{region}")["name"]}
+                    for t, region in (("acme", "region-a"), ("globex", "region-b")))
+    acme_ports = {p.name for p in nb.tenant_ports("acme")}
+    globex_ports = {p.name for p in nb.tenant_ports("globex")}
+    web1 = nb.port("acme", "ComputeInstance", "web-1")
+    app1 = nb.port("globex", "ComputeInstance", "app-1")
+    acme_router = nb.row("Logical_Router/acme/prod")["name"]
+    globex_router = nb.row("Logical_Router/globex/corp")["name"]
+    assert nb.row("Logical_Router/acme/prod")["_uuid"] != \
+        nb.row("Logical_Router/globex/corp")["_uuid"]
+
+    cidrs = {d["spec"]["ipv4Cidr"] for t, vn in (("acme", "prod"), ("globex", "corp"))
+             for d in _docs(example.repo, f"tenants/{t}/network.yaml")
+             if d["kind"] == "VirtualNetwork" and d["metadata"]["name"] == vn}
+    assert len(cidrs) == 1, "the example's two networks share one CIDR"
+
+    cases = [(web1, nb.gateway("acme", "web").mac, p, acme, acme_router, globex,
+              globex_ports) for p in nb.tenant_ports("globex")]
+    cases += [(app1, nb.gateway("globex", "app").mac, p, globex, globex_router, acme,
+               acme_ports) for p in nb.tenant_ports("acme")]
+    assert len(cases) >= 6
+    for source, gateway_mac, target, own, own_router, other, other_ports in cases:
+        for dst in filter(None, (target.ip4, target.ip6, *target.extra)):
+            if ":" in dst and source.ip6 is None:
+                continue
+            for eth_dst in (gateway_mac, target.mac):  # routed, and straight at its MAC
+                result = example.send(source, eth_dst, dst, TCP.format(5432))
+                assert result.datapaths <= own, f"left {sorted(own)}\n{result}"
+                assert not result.datapaths & (other - own), result
+                assert not set(result.ports) & other_ports, result
+                if eth_dst == gateway_mac and ":" not in dst:
+                    assert own_router in result.datapaths, f"not even routed?\n{result}"
+
+
+# --- 5. SNAT -----------------------------------------------------------------------------------
+
+
+def test_outbound_traffic_is_snatted_to_the_nat_gateway_address(example: Fabric) -> None:
+    nb = example.nb
+    upstream = example.upstream["region-a"]
+    nat = nb.external_ip("acme", "prod-nat")
+    gateway_port = nb.router_port("Logical_Router_Port/acme/prod/external")
+    router = nb.row("Logical_Router/acme/prod")["name"]
+    sources = [(nb.port("acme", "ComputeInstance", "web-2"), "web"),
+               (nb.port("acme", "ComputeInstance", "db-1"), "db"),
+               (nb.port("acme", "Cluster", "k1"), "nodes")]
+    for port, subnet in sources:
+        result = example.send(port, nb.gateway("acme", subnet).mac, OUTSIDE, TCP.format(443))
+        packet = delivered(result, upstream)
+        # Out through the gateway port to the pool gateway (the default route's next hop).
+        assert packet["eth.src"] == gateway_port.mac and packet["eth.dst"] == upstream.mac
+        assert (packet["ip4.src"], packet["ip4.dst"]) == (nat, OUTSIDE), result
+        assert router in result.datapaths
+        assert any(s.table == "lr_out_snat" for s in result.stages), result
+
+    # web-1 has its own 1:1 address: its connections leave from that one, not the NAT's.
+    web1 = nb.port("acme", "ComputeInstance", "web-1")
+    result = example.send(web1, nb.gateway("acme", "web").mac, OUTSIDE, TCP.format(443))
+    assert delivered(result, upstream)["ip4.src"] == nb.external_ip("acme", "web-1-public")
+
+    # globex in region-b: app-1's second port (not the attachment's target) uses corp's NAT.
+    app1_data = nb.port("globex", "ComputeInstance", "app-1", 1)
+    result = example.send(app1_data, nb.gateway("globex", "data").mac, OUTSIDE,
+                          TCP.format(443))
+    packet = delivered(result, example.upstream["region-b"])
+    assert packet["ip4.src"] == nb.external_ip("globex", "corp-nat")
+
+
+# --- 6. DNAT -----------------------------------------------------------------------------------
+
+
+def _inbound(fabric: Fabric, region: str, address: str, rest: str,
+             src: str = OUTSIDE) -> Trace:
+    upstream = fabric.upstream[region]
+    mac = fabric.resolve(upstream, address)  # who answers for the public address
+    return fabric.send(upstream, mac, address, rest, src=src)
+
+
+def test_external_ip_reaches_its_target(example: Fabric) -> None:
+    nb = example.nb
+    web1 = nb.port("acme", "ComputeInstance", "web-1")
+    public = nb.external_ip("acme", "web-1-public")
+    web = nb.group("acme", "prod", "web")
+    prod = nb.group("acme", "prod")
+
+    https = _inbound(example, "region-a", public, TCP.format(443))
+    packet = delivered(https, web1)
+    assert (packet["ip4.src"], packet["ip4.dst"]) == (OUTSIDE, web1.ip4)
+    assert packet["eth.dst"] == web1.mac
+    allowed_by(https, "ls_out_acl", f"outport == @{web} && ip4", "tcp.dst == 443")
+
+    # The group still decides: SSH only from the office, nothing on 5432.
+    dropped(_inbound(example, "region-a", public, TCP.format(22)), "ls_out_acl", web1.switch,
+            f"outport == @{prod} && ip")
+    office = _inbound(example, "region-a", public, TCP.format(22), src=OFFICE)
+    assert delivered(office, web1)["ip4.dst"] == web1.ip4
+    allowed_by(office, "ls_out_acl", "ip4.src == 192.0.2.0/24", "tcp.dst == 22")
+    dropped(_inbound(example, "region-a", public, TCP.format(5432)), "ls_out_acl",
+            web1.switch)
+
+    # Cluster k1's API address goes to its API VIP on the nodes' port.
+    k1 = nb.port("acme", "Cluster", "k1")
+    k1_row = nb.row("Logical_Switch_Port/acme/Cluster/k1/0")
+    api_vip = k1_row["external_ids"]["unet:alloc:vip/acme/k1/api"]
+    assert api_vip in k1.extra
+    api = _inbound(example, "region-a", nb.external_ip("acme", "k1-api"), TCP.format(6443))
+    assert delivered(api, k1)["ip4.dst"] == api_vip
+
+    # globex's DR address reaches db-metal's primary port, from the DR range only.
+    metal = nb.port("globex", "BaremetalInstance", "db-metal", 0)
+    dr = nb.external_ip("globex", "db-metal-dr")
+    replica = _inbound(example, "region-b", dr, TCP.format(5432), src=OFFICE)
+    assert delivered(replica, metal)["ip4.dst"] == metal.ip4
+    dropped(_inbound(example, "region-b", dr, TCP.format(5432)), "ls_out_acl", metal.switch)
+
+
+def test_unattached_external_ips_reach_nothing(example: Fabric) -> None:
+    """web-3-public (target not declared yet) and initech's launch-web are only reserved."""
+    nb = example.nb
+    upstream = example.upstream["region-a"]
+    workload_ports = {p.name for t in ("acme", "globex", "initech")
+                      for p in nb.tenant_ports(t)}
+    gateway_mac = nb.router_port("Logical_Router_Port/acme/prod/external").mac
+    for tenant, name in (("acme", "web-3-public"), ("initech", "launch-web")):
+        address = nb.external_ip(tenant, name)
+        arp = example.arp(upstream, address)
+        assert upstream.name not in arp.ports, f"someone answers for {address}\n{arp}"
+        result = example.send(upstream, gateway_mac, address, TCP.format(443))
+        assert not set(result.ports) & workload_ports, result
+    # Nor does the NAT gateway's address admit new connections from outside.
+    result = example.send(upstream, gateway_mac, nb.external_ip("acme", "prod-nat"),
+                          TCP.format(443))
+    assert result.ports == [], result
+
+
+# --- 7. spoofing -------------------------------------------------------------------------------
+
+
+def test_spoofed_sources_are_dropped_by_port_security(example: Fabric) -> None:
+    nb = example.nb
+    web1, web2 = nb.port("acme", "ComputeInstance", "web-1"), \
+        nb.port("acme", "ComputeInstance", "web-2")
+    https = TCP.format(443)
+    delivered(example.send(web1, web2.mac, web2.ip4, https), web2)  # the honest packet
+    for spoof in ({"src": web2.ip4}, {"eth_src": "02:00:00:00:be:ef"},
+                  {"src": "10.10.1.250"}, {"src": web2.ip4, "eth_src": web2.mac}):
+        result = example.send(web1, web2.mac, web2.ip4, https, **spoof)
+        dropped(result, "ls_in_apply_port_sec", web1.switch)
+    # ARP may not claim web-2's address either.
+    assert web2.ip4 and web1.ip4
+    claim = arp_request(web1.name, web1.mac, web2.ip4, web1.ip4)
+    result = trace(example.lab, web1.switch, claim, "1", ())
+    dropped(result, "ls_in_apply_port_sec", web1.switch)
+    # Nor may a packet reach web-1 for an address web-1 does not own.
+    owned = {a for p in nb.tenant_ports("acme") for a in (p.ip4, *p.extra)}
+    stray = str(ipaddress.ip_address(web1.ip4) + 100)
+    assert stray not in owned
+    result = example.send(web2, web1.mac, stray, "ip.ttl == 64 && icmp4 && icmp4.type == 8")
+    dropped(result, "ls_out_apply_port_sec", web1.switch)
+
+
+# --- 8. DHCP -----------------------------------------------------------------------------------
+
+
+def _dhcp_options(result: Trace, action: str) -> dict[str, str]:
+    line = next((x for x in result.minimal if x.strip().startswith(action + "(")), None)
+    assert line is not None, f"no {action}\n{result}"
+    body = line.strip()[len(action) + 1:].rsplit(");", 1)[0]
+    return {k.strip(): v.strip() for k, v in re.findall(r"(\w+) = (\{[^}]*\}|[^,]+)", body)}
+
+
+def test_dhcp_offers_the_allocated_address(example: Fabric) -> None:
+    nb = example.nb
+    web_doc = next(d for d in _docs(example.repo, "tenants/acme/network.yaml")
+                   if d["kind"] == "Subnet" and d["metadata"]["name"] == "web")
+    db_doc = next(d for d in _docs(example.repo, "tenants/acme/network.yaml")
+                  if d["kind"] == "Subnet" and d["metadata"]["name"] == "db")
+    discover = "ip.ttl == 64 && udp && udp.src == 68 && udp.dst == 67"
+    for name, subnet, doc in (("web-1", "web", web_doc), ("db-1", "db", db_doc)):
+        port = nb.port("acme", "ComputeInstance", name)
+        gw = nb.gateway("acme", subnet)
+        result = trace(example.lab, port.switch, ip_packet(
+            port, "ff:ff:ff:ff:ff:ff", "255.255.255.255", src="0.0.0.0"), discover)
+        options = _dhcp_options(result, "put_dhcp_opts")
+        assert options["offerip"] == port.ip4, result
+        assert options["router"] == options["server_id"] == gw.ip4
+        assert options["dns_server"] == "{" + ", ".join(doc["spec"]["dnsServers"]) + "}"
+        assert options["mtu"] == str(doc["spec"]["mtu"])
+        assert options["netmask"] == str(
+            ipaddress.ip_network(doc["spec"]["ipv4Cidr"]).netmask)
+        offer = delivered(result, port)
+        assert (offer["eth.src"], offer["eth.dst"]) == (gw.mac, port.mac)
+        assert (offer["ip4.src"], offer["udp.src"], offer["udp.dst"]) == (gw.ip4, "67", "68")
+        if name == "db-1":  # RFC 3442 routes, with the default route spelled out
+            offered = options["classless_static_route"].strip("{}").replace(" ", "")
+            routes = [(r["destination"], r["nexthop"]) for r in doc["spec"]["routes"]]
+            assert offered == ",".join(f"{d},{h}" for d, h in [*routes, ("0.0.0.0/0", gw.ip4)])
+
+    # The fixed MAC of initech's runner gets its lease too.
+    runner = nb.port("initech", "ComputeInstance", "ci-runner-1")
+    assert runner.mac == "02:00:00:00:10:01"
+    result = trace(example.lab, runner.switch, ip_packet(
+        runner, "ff:ff:ff:ff:ff:ff", "255.255.255.255", src="0.0.0.0"), discover)
+    assert _dhcp_options(result, "put_dhcp_opts")["offerip"] == runner.ip4
+    delivered(result, runner)
+
+    # DHCPv6 on the dual-stack web subnet hands out web-1's IPv6 address.
+    web1 = nb.port("acme", "ComputeInstance", "web-1")
+    link_local = str(ipaddress.IPv6Address("fe80::" + _eui64(web1.mac)))
+    solicit = trace(example.lab, web1.switch, ip_packet(
+        web1, "33:33:00:01:00:02", "ff02::1:2", src=link_local),
+        "ip.ttl == 1 && udp && udp.src == 546 && udp.dst == 547")
+    options = _dhcp_options(solicit, "put_dhcpv6_opts")
+    assert options["ia_addr"] == web1.ip6
+    assert options["server_id"] == nb.gateway("acme", "web").mac
+    delivered(solicit, web1)
+
+
+def _eui64(mac: str) -> str:
+    octets = [int(o, 16) for o in mac.split(":")]
+    octets[0] ^= 0x02
+    eui = [*octets[:3], 0xFF, 0xFE, *octets[3:]]
+    return ":".join(f"{eui[i]:02x}{eui[i + 1]:02x}" for i in range(0, 8, 2))
