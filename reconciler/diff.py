@@ -126,9 +126,10 @@ def _cascade_replacements(changes: dict[str, Change]) -> None:
         uid = pending.pop()
         for child in children.get(uid, ()):
             change = changes[child]
-            if change.is_replace or change.after is None or change.before is None:
+            if change.is_replace or change.before is None or DELETE in change.actions:
                 continue
-            changes[child] = Change(child, change.before, change.after, REPLACE,
+            # A row kept because prune is off (no `after`) would vanish too: recreate it as is.
+            changes[child] = Change(child, change.before, change.after or change.before, REPLACE,
                                     f"its parent {uid.split(':', 1)[1]} is replaced",
                                     change.fields)
             pending.append(child)

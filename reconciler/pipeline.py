@@ -118,11 +118,13 @@ def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
 
 def plan_between(base: Validation | None, head: Validation, inputs: dict[str, Any]) -> Plan:
     """PR mode: what merging head would do, with base standing for the backends."""
-    observed = render_desired(base, []).objects if base is not None and base.ok else []
+    rendered = base is not None and base.ok  # an invalid base stands for empty backends
+    observed = render_desired(base, []).objects if base is not None and rendered else []
     desired = render_desired(head, observed, new_are_unknown=True)
     prune = bool(desired.model.config.prune)
     changes = diff(index_objects(desired.objects), index_objects(observed), prune)
-    base_manifests = {m.ref: m for m in base.manifests} if base is not None else {}
+    base_manifests = {m.ref: m for m in base.manifests} if base is not None and rendered \
+        else {}
     head_manifests = {m.ref: m for m in head.manifests}
     resources, diagnostics = _resources(changes, base_manifests, head_manifests, prune)
     diagnostics += _safety(changes, desired, observed, base_manifests, head_manifests)
@@ -205,9 +207,10 @@ def _resource(address: str, rows: list[Change], before: Manifest | None,
     if before is None and after is not None:
         return ResourcePlan(address, (CREATE,), "new in the repo", rows)
     if after is None:
-        if not prune:
-            return ResourcePlan(address, (NOOP,), "kept: removed from the repo, but prune is "
-                                "off", rows)
+        if not prune:  # its rows stay; a replaced parent makes them be recreated (update)
+            moved = any(c.actions != (NOOP,) for c in rows)
+            return ResourcePlan(address, (UPDATE,) if moved else (NOOP,),
+                                "kept: removed from the repo, but prune is off", rows)
         return ResourcePlan(address, (DELETE,), "removed from the repo", rows)
     if before is None:
         return ResourcePlan(address, (NOOP,), "up to date", rows)
