@@ -88,6 +88,7 @@ class _Allocator:
         self.out = out
 
     def run(self) -> None:
+        self.held = _held_addresses(self.observed)
         self._segments()
         for subnet in self.model.kind("Subnet"):
             self._subnet_addresses(subnet)
@@ -193,6 +194,7 @@ class _Allocator:
                     (not in_block or key in keep_in_vip_block):
                 taken.add(value)
                 self._keep(key, seen)
+        taken |= self._held_elsewhere((subnet.tenant, version), space, {*wanted, *vip_keys})
         block = space.vip_block
         vip_ranges = [block] if block is not None else space.ranges
         for keys, ranges, skip in ((wanted, space.ranges, block), (vip_keys, vip_ranges, None)):
@@ -222,6 +224,16 @@ class _Allocator:
                 out.append((vip_key(cluster.tenant, cluster.name, endpoint), fixed))
         return out
 
+    def _held_elsewhere(self, group: tuple[str | None, int], space: AddressSpace,
+                        mine: set[str]) -> set[int]:
+        """Addresses of `space` held by observed objects other than `mine`.
+
+        They are not handed out again in the same run: a port kept because prune is
+        off, or one deleted in a later wave, would otherwise share its address.
+        """
+        return {value for key, value in self.held.get(group, ())
+                if key not in mine and space.net.first <= value <= space.net.last}
+
     # external addresses: ExternalIPs, and router gateway ports without a NATGateway
     def _external_addresses(self) -> None:
         per_pool: dict[str, list[tuple[str, str | None]]] = {}
@@ -237,8 +249,8 @@ class _Allocator:
 
     def _pool(self, pool_name: str, space: AddressSpace,
               wanted: list[tuple[str, str | None]]) -> None:
-        taken = set(space.reserved)
         version = space.net.version
+        taken = set(space.reserved)
         for key, fixed in wanted:
             if fixed is not None:
                 taken.add(int(netaddr.IPAddress(fixed)))
@@ -250,6 +262,7 @@ class _Allocator:
                     any(a <= value <= b for a, b in space.ranges):
                 taken.add(value)
                 self._keep(key, str(netaddr.IPAddress(value, version)))
+        taken |= self._held_elsewhere(("external", version), space, {k for k, _f in wanted})
         cursor = _FreeAddresses(space.ranges, taken, None)
         for key, _fixed in wanted:
             if key in self.out.values:
@@ -261,6 +274,23 @@ class _Allocator:
                 continue
             taken.add(value)
             self._new(key, str(netaddr.IPAddress(value, version)))
+
+
+def _held_addresses(observed: Mapping[str, str]) -> dict[tuple[str | None, int],
+                                                        list[tuple[str, int]]]:
+    """Observed addresses by (tenant, family) for ports and VIPs, ("external", family) else."""
+    out: dict[tuple[str | None, int], list[tuple[str, int]]] = {}
+    for key, text in observed.items():
+        kind, _, rest = key.partition("/")
+        if kind not in ("ipv4", "ipv6", "vip", "eip", "gateway"):
+            continue
+        try:
+            ip = netaddr.IPAddress(text, flags=netaddr.INET_PTON)
+        except (netaddr.AddrFormatError, TypeError, ValueError):
+            continue
+        owner = "external" if kind in ("eip", "gateway") else rest.split("/", 1)[0]
+        out.setdefault((owner, ip.version), []).append((key, int(ip)))
+    return out
 
 
 class _FreeAddresses:

@@ -205,7 +205,7 @@ def _resources(changes: list[Change], base: dict[str, Manifest], head: dict[str,
 def _resource(address: str, rows: list[Change], before: Manifest | None,
               after: Manifest | None, prune: bool) -> ResourcePlan:
     if before is None and after is not None:
-        return ResourcePlan(address, (CREATE,), "new in the repo", rows)
+        return ResourcePlan(address, (CREATE,), _new_reason(after, rows), rows)
     if after is None:
         if not prune:  # its rows stay; a replaced parent makes them be recreated (update)
             moved = any(c.actions != (NOOP,) for c in rows)
@@ -226,6 +226,12 @@ def _resource(address: str, rows: list[Change], before: Manifest | None,
     if before.obj != after.obj:
         return ResourcePlan(address, (UPDATE,), "changed in the repo; no backend change", rows)
     return ResourcePlan(address, (NOOP,), "up to date", rows)
+
+
+def _new_reason(manifest: Manifest, rows: list[Change]) -> str:
+    if not rows and manifest.kind == "ExternalIPAttachment":
+        return "new in the repo; pending until its target is declared"
+    return "new in the repo"
 
 
 def _changed_immutable(before: Manifest, after: Manifest) -> list[str]:
@@ -255,8 +261,9 @@ def _safety(changes: list[Change], desired: Desired, observed: list[BackendObjec
             base: dict[str, Manifest], head: dict[str, Manifest]) -> list[Diagnostic]:
     out = []
     protected = protected_destroys(changes)
+    config = desired.model.config
     for address, manifest in base.items():  # objects without backend rows count too
-        if manifest.obj.prevent_destroy and address not in head:
+        if manifest.obj.prevent_destroy and address not in head and config.prune:
             protected.setdefault(address, "delete")
     for address, action in sorted(protected.items()):
         manifest = head.get(address) or base.get(address)
@@ -266,7 +273,6 @@ def _safety(changes: list[Change], desired: Desired, observed: list[BackendObjec
             line=manifest.doc.line if manifest else None,
             hint="remove the annotation network.osac.io/prevent-destroy first, in its own "
                  "change, if this is intended"))
-    config = desired.model.config
     if observed and not desired.objects and not config.allow_empty and config.prune:
         out.append(Diagnostic(
             "EMPTY_DESIRED_STATE",

@@ -38,9 +38,14 @@ def _inputs_line(doc: dict[str, Any]) -> str:
     if base:
         where = f"base {base.get('rev')} ({str(base.get('commit', ''))[:12]}) → " + where
         if base.get("valid") is False:
-            where += f"; the base has {base.get('errors', 0)} errors and was not rendered"
+            where += (f"; the base has {_count(base.get('errors', 0), 'error')} and was not "
+                      "rendered: every object shows as created")
     mode = "between two revisions" if doc["mode"] == "pr" else "against the live backends"
     return f"unet plan {mode}, installation {doc['installation']}: {where}"
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def row_label(change: dict[str, Any]) -> str:
@@ -156,7 +161,7 @@ def render_text(doc: dict[str, Any], colour: bool = False) -> str:
     out.append(paint("bold", summary_line(doc)))
     out.append(f"Backend rows: {rows['delete']} to delete, {rows['replace']} to replace, "
                f"{rows['create']} to create, {rows['update']} to update, in "
-               f"{len(doc['waves'])} waves.")
+               f"{_count(len(doc['waves']), 'wave')}.")
     if not doc["has_changes"]:
         out.append("No changes. The backends match the repo.")
     return "\n".join(out) + "\n"

@@ -172,7 +172,7 @@ def test_invalid_base_is_planned_from_nothing(repo: Path, capsys: pytest.Capture
     assert doc["row_counts"]["create"] == len(doc["backend_changes"])
     assert [d["code"] for d in doc["diagnostics"]] == ["TARGET_PENDING"]
     code, out, _ = unet(capsys, "plan", "--base", "HEAD", str(repo))
-    assert code == 0 and "the base has 1 errors and was not rendered" in out.splitlines()[0]
+    assert code == 0 and "the base has 1 error and was not rendered" in out.splitlines()[0]
 
 
 def test_head_with_errors_gives_no_plan(repo: Path, capsys: pytest.CaptureFixture[str],

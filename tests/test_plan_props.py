@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -471,8 +470,6 @@ def test_rows_kept_by_prune_off_survive_a_replaced_parent() -> None:
     assert kept.reason.startswith("kept") and kept.action == "update"
 
 
-@pytest.mark.xfail(strict=True, reason="allocate() hands the address of a port kept by "
-                   "prune: false to a new port; not fixed yet")
 def test_prune_off_never_gives_a_kept_address_to_a_new_port() -> None:
     files = copy.deepcopy(EXAMPLE_FILES)
     prune_off(files)

@@ -242,7 +242,7 @@ class _Renderer:
                           if v in gateways)
         self.out.add("Logical_Switch", switch, subnet.ref, {
             "name": f"unet.{t}.{name}",
-            "other_config": {"mtu": str(spec.mtu)},
+            "other_config": {},
         })
         ra = {"address_mode": "dhcpv6_stateful", "mtu": str(spec.mtu)} \
             if spec.dhcp and 6 in spaces else {}
@@ -328,11 +328,14 @@ class _Renderer:
         else:
             rules = [(d, _Rule.of(r)) for d in ("ingress", "egress")
                      for r in getattr(group.obj.spec, d)]
-        cidrs = list(self.model.network_cidrs(tenant, vn).values())
+        by_family = self.model.network_cidrs(tenant, vn)
+        cidrs = list(by_family.values())
+        families = tuple(f"ip{v}" for v in sorted(by_family))
         for direction, rule in rules:
             exposure = rule.exposure(cidrs) if direction == "ingress" else None
             meta = {TAG_EXPOSURE: f"{exposure} to {pg_key.split('/', 1)[1]}"} if exposure else {}
-            for match in rule.matches(pg, direction, lambda g: ident("unet", tenant, vn, g)):
+            for match in rule.matches(pg, direction, lambda g: ident("unet", tenant, vn, g),
+                                      families):
                 self._acl(pg_key, owner, "to-lport" if direction == "ingress" else "from-lport",
                           PRIORITY_RULE, match, "allow-related", meta)
 
@@ -483,12 +486,13 @@ class _Rule:
         return cls(rule.protocol, rule.port_from, rule.port_to, rule.icmp_type, rule.icmp_code,
                    rule.cidr, rule.security_group)
 
-    def matches(self, pg: str, direction: str, group_ident: Any) -> list[str]:
-        """One ACL match per address family the rule covers."""
+    def matches(self, pg: str, direction: str, group_ident: Any,
+                families: tuple[str, ...]) -> list[str]:
+        """One ACL match per address family the rule covers and the network has."""
         port = "outport" if direction == "ingress" else "inport"
         peer = "src" if direction == "ingress" else "dst"
         out = []
-        for family in ("ip4", "ip6"):
+        for family in families:
             if family == "ip6" and self.icmp_type is not None:
                 continue  # ICMP types are per family; typed rules are ICMPv4
             if self.cidr is not None:
