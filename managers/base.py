@@ -60,6 +60,20 @@ class ManagerPlugin:
         """
         raise NotImplementedError
 
+    def failed_steps(self) -> dict[str, str]:
+        """Steps (uid → why) of the last apply that failed without stopping the others.
+
+        A manager whose backend has independent parts (the Kubernetes manager's hosting
+        clusters) fails only the steps of the part that is down and applies the rest;
+        the reconciler reports these and exits 1. Others raise instead.
+        """
+        return {}
+
+    def report(self, changes: Sequence[Change]) -> list[str]:
+        """Lines for people about the backends, shown after a plan and after an apply
+        (e.g. which hosting clusters are reachable and where each subnet is ready)."""
+        return []
+
     def unmanaged(self) -> list[str]:
         """Names of backend objects that are not this installation's (for reports only)."""
         return []

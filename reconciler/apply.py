@@ -39,6 +39,8 @@ class ApplyResult:
                                                             "delete": 0})
     seconds: float = 0.0
     mismatches: list[str] = field(default_factory=list)  # objects not as planned afterwards
+    # Steps that failed while the rest was applied (uid -> why), e.g. an unreachable cluster.
+    failures: dict[str, str] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -74,8 +76,10 @@ def execute(plan_changes: list[Change], waves: list[list[str]], managers: dict[s
             counts = managers[name].apply([wave], changes, report)
             for action, count in counts.items():
                 result.counts[action] += count
+        result.failures.update(managers[name].failed_steps())
     result.seconds = time.monotonic() - started
-    result.mismatches = confirm(plan_changes, observe_all(managers))
+    result.mismatches = confirm([c for c in plan_changes if c.uid not in result.failures],
+                                observe_all(managers))
     return result
 
 

@@ -75,7 +75,8 @@ def plan(args: argparse.Namespace) -> int:
     with session(managers, Path.cwd(), args.lock_timeout):
         result = _plan_live(head, managers, inputs, args.refresh_only)
         unmanaged = _unmanaged(managers) if args.show_unmanaged else None
-    return _finish_plan(result, args, unmanaged)
+        reports = _reports(managers, result.changes)
+    return _finish_plan(result, args, unmanaged, reports)
 
 
 def _plan_between(args: argparse.Namespace) -> int:
@@ -105,12 +106,29 @@ def _unmanaged(managers: dict[str, Any]) -> dict[str, list[str]]:
     return {name: m.unmanaged() for name, m in sorted(managers.items())}
 
 
+def _reports(managers: dict[str, Any], changes: list[Any]) -> dict[str, list[str]]:
+    """What the managers say about their backends (e.g. per-cluster readiness)."""
+    out = {name: m.report(changes) for name, m in sorted(managers.items())}
+    return {name: lines for name, lines in out.items() if lines}
+
+
+def _print_reports(reports: dict[str, list[str]], markdown: bool = False) -> None:
+    for lines in reports.values():
+        text = "\n".join(lines)
+        print(f"\n```text\n{text}\n```" if markdown else f"\n{text}")
+
+
 def _finish_plan(result: Plan, args: argparse.Namespace,
-                 unmanaged: dict[str, list[str]] | None) -> int:
+                 unmanaged: dict[str, list[str]] | None,
+                 reports: dict[str, list[str]] | None = None) -> int:
     document = plan_to_json(result)
     if args.out:
         args.out.write_text(dumps(result))
+    if reports and args.format == "json":
+        document["backend_report"] = reports
     print_plan(document, args.format)
+    if reports and args.format != "json":
+        _print_reports(reports, markdown=args.format == "markdown")
     if unmanaged is not None and args.format == "text":
         _print_unmanaged(unmanaged)
     if not result.ok:
@@ -169,6 +187,7 @@ def _apply_repo(args: argparse.Namespace) -> int:
         result = _plan_live(head, managers, inputs, args.refresh_only)
         document = plan_to_json(result)
         print_plan(document, "text")
+        _print_reports(_reports(managers, result.changes))
         if not result.ok:
             print("unet: the plan has errors; nothing was applied", file=sys.stderr)
             return EXIT_ERROR
@@ -179,7 +198,7 @@ def _apply_repo(args: argparse.Namespace) -> int:
             print("unet: apply cancelled; nothing was changed", file=sys.stderr)
             return EXIT_ERROR
         outcome = execute(result.changes, result.waves, managers, Progress().wave)
-        return _report(outcome, managers, result.desired_digests)
+        return _report(outcome, managers, result.desired_digests, result.changes)
 
 
 def _apply_saved(args: argparse.Namespace) -> int:
@@ -190,6 +209,7 @@ def _apply_saved(args: argparse.Namespace) -> int:
     with session(managers, Path.cwd(), args.lock_timeout):
         check_fresh(document["observed_fingerprint"], observe_all(managers))
         print_plan(document, "text")
+        _print_reports(_reports(managers, changes))
         if not document["has_changes"]:
             return EXIT_OK
         if not _confirmed(args.auto_approve):
@@ -197,7 +217,7 @@ def _apply_saved(args: argparse.Namespace) -> int:
             return EXIT_ERROR
         waves = [w["steps"] for w in document["waves"]]
         outcome = execute(changes, waves, managers, Progress().wave)
-        return _report(outcome, managers, document.get("desired_digests", {}))
+        return _report(outcome, managers, document.get("desired_digests", {}), changes)
 
 
 def _confirmed(auto_approve: bool) -> bool:
@@ -210,10 +230,17 @@ def _confirmed(auto_approve: bool) -> bool:
     return answer.strip() == "yes"
 
 
-def _report(outcome: ApplyResult, managers: dict[str, Any], digests: dict[str, str]) -> int:
+def _report(outcome: ApplyResult, managers: dict[str, Any], digests: dict[str, str],
+            changes: list[Any]) -> int:
     counts = outcome.counts
     print(f"\nApply complete: {counts['create']} created, {counts['update']} updated, "
           f"{counts['delete']} deleted in {outcome.seconds:.1f} s.")
+    _print_reports(_reports(managers, changes))
+    if outcome.failures:
+        _print_failures(outcome.failures)
+        failed = {uid.split(":", 1)[0] for uid in outcome.failures}
+        _record({n: m for n, m in managers.items() if n not in failed}, digests)
+        return EXIT_ERROR
     if outcome.mismatches:
         print(f"unet: after the apply, {len(outcome.mismatches)} objects are not as planned:",
               file=sys.stderr)
@@ -223,6 +250,18 @@ def _report(outcome: ApplyResult, managers: dict[str, Any], digests: dict[str, s
         return EXIT_ERROR
     _record(managers, digests)
     return EXIT_OK
+
+
+def _print_failures(failures: dict[str, str]) -> None:
+    """Failed steps, grouped by reason (one unreachable cluster is one reason)."""
+    by_reason: dict[str, list[str]] = {}
+    for uid, why in sorted(failures.items()):
+        by_reason.setdefault(why, []).append(uid)
+    print(f"unet: {len(failures)} steps failed; everything else was applied:", file=sys.stderr)
+    for why, uids in by_reason.items():
+        shown = ", ".join(uids[:5]) + (f" and {len(uids) - 5} more" if len(uids) > 5 else "")
+        print(f"  {why}\n    ({len(uids)} steps: {shown})", file=sys.stderr)
+    print("run `unet apply` again once the cause is fixed", file=sys.stderr)
 
 
 def _record(managers: dict[str, Any], digests: dict[str, str]) -> None:

@@ -4,6 +4,10 @@ Per subnet: an OVN-Kubernetes ClusterUserDefinedNetwork (Localnet, Secondary)
 bridged to the subnet's fabric segment; per subnet with a VIP block: a MetalLB
 IPAddressPool and L2Advertisement. Pure; the segment id is the one allocated
 for the OVN localnet port (one allocation, read by both managers).
+
+The CUDN's `spec.network` is immutable in the API server (CEL `self == oldSelf`), so
+it is tagged with a hash of it as the immutable tag: when it changes, the plan
+replaces the object (delete, then create) instead of an update the server would refuse.
 """
 
 from __future__ import annotations
@@ -13,11 +17,17 @@ from typing import Any
 import netaddr
 
 from reconciler.allocate import Allocations, segment_key
+from reconciler.errors import UnetError
 from reconciler.model import Model
-from reconciler.objects import TAG_ALLOCATION, BackendObject
+from reconciler.models import immutable_values
+from reconciler.objects import TAG_ALLOCATION, TAG_IMMUTABLE, BackendObject, content_hash
 from reconciler.schema import Manifest
 
 MAX_EXCLUDE_SUBNETS = 25  # the CUDN CRD's maxItems
+
+
+class RenderError(UnetError):
+    """The model asks for an object the CRD would refuse."""
 
 
 def object_name(tenant: str | None, subnet: str) -> str:
@@ -49,6 +59,12 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
         "mtu": subnet.obj.spec.mtu,
     }
     excluded = _excluded(spaces)
+    if len(excluded) > MAX_EXCLUDE_SUBNETS:
+        raise RenderError(
+            f"{subnet.ref} needs {len(excluded)} excludeSubnets entries on its "
+            f"ClusterUserDefinedNetwork (gateway, reserved addresses and VIP block, merged), "
+            f"but the CRD allows at most {MAX_EXCLUDE_SUBNETS}: group its excludeAddresses "
+            "into fewer contiguous blocks")
     if excluded:
         localnet["excludeSubnets"] = excluded
     unknown: frozenset[str] = frozenset()
@@ -61,6 +77,9 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
         else:
             meta[TAG_ALLOCATION + segment_key(subnet.tenant, subnet.name)] = segment.value
     label = config.get("namespaceLabel", "network.osac.io/tenant")
+    network = {"topology": "Localnet", "localnet": localnet}
+    meta[TAG_IMMUTABLE] = content_hash({"owner": immutable_values(subnet.obj),
+                                        "network": network})
     objects = [BackendObject(manager, "ClusterUserDefinedNetwork",
                              f"{cluster}/ClusterUserDefinedNetwork/{name}", subnet.ref, {
         "apiVersion": "k8s.ovn.org/v1",
@@ -68,7 +87,7 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
         "metadata": {"name": name},
         "spec": {
             "namespaceSelector": {"matchLabels": {label: str(subnet.tenant)}},
-            "network": {"topology": "Localnet", "localnet": localnet},
+            "network": network,
         },
     }, unknown=unknown, meta=meta)]
     block = spaces[4].vip_block if 4 in spaces else None

@@ -1,0 +1,194 @@
+"""Carrying out steps on the hosting clusters, and telling which subnets are ready where.
+
+Each step is one request (server-side apply or delete). A step fails alone: an
+unreachable cluster, a missing CRD, an RBAC denial or a refused object fails that
+step, and the steps that need it (same object, or an object it names) are not tried;
+every other step still runs. The failures are handed to the reconciler
+(`failed_steps()`), which reports them and exits 1 after the rest was applied.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from reconciler.diff import CREATE, DELETE, NOOP, Change
+from reconciler.objects import BackendObject
+from reconciler.order import Step
+
+from .live import (
+    KINDS,
+    Cluster,
+    KubernetesError,
+    classify,
+    is_api_error,
+    is_connection_error,
+    to_body,
+)
+
+if TYPE_CHECKING:
+    from . import KubernetesManager
+
+VERB = {"create": "patch", "update": "patch", "delete": "delete"}
+SHOWN = 10  # names listed per line before "and N more"
+
+
+def apply_steps(manager: KubernetesManager, waves: Sequence[Sequence[Step]],
+                changes: dict[str, Change], progress: Callable[[int, int], None]
+                ) -> dict[str, int]:
+    counts = {"create": 0, "update": 0, "delete": 0}
+    total = sum(len(w) for w in waves)
+    done = 0
+    for wave in waves:
+        for step in wave:
+            change = changes[step.uid]
+            obj = change.before if step.action == DELETE else change.after
+            assert obj is not None
+            cluster = manager.clusters.get(obj.key.split("/", 1)[0])
+            why = _blocked(manager, cluster, obj, step)
+            if why is None:
+                assert cluster is not None
+                why = _run(manager, cluster, step.action, obj)
+            if why is None:
+                counts[step.action] += 1
+                manager._done.add(step.uid)
+            else:
+                manager._failed[step.uid] = why
+            done += 1
+            progress(done, total)
+    return counts
+
+
+def _blocked(manager: KubernetesManager, cluster: Cluster | None, obj: BackendObject,
+             step: Step) -> str | None:
+    """Why the step cannot be tried, or None."""
+    if cluster is None:
+        return f"cluster {obj.key.split('/', 1)[0]} is not in the manager's config"
+    if cluster.error is not None:
+        return cluster.error
+    if obj.table in cluster.missing:
+        return cluster.missing[obj.table]
+    lease = (manager._leases or {}).get(cluster.name)
+    if lease is not None and lease.lost:
+        return lease.lost
+    if step.uid in manager._failed:
+        return "not tried: deleting the old object first failed"
+    if step.action != DELETE:
+        for key in obj.depends:
+            if f"{manager.manager}:{key}" in manager._failed:
+                return f"not tried: it needs {key}, whose step failed"
+    return None
+
+
+def _run(manager: KubernetesManager, cluster: Cluster, action: str,
+         obj: BackendObject) -> str | None:
+    kind = KINDS[obj.table]
+    metadata = obj.fields["metadata"]
+    name, namespace = metadata["name"], metadata.get("namespace")
+    try:
+        if action == DELETE:
+            uid = manager._observed.uids.get(obj.key) if manager._observed else None
+            cluster.delete(kind, name, namespace, uid)
+            return None
+        if action == CREATE:
+            _make_room(manager, cluster, obj)
+        cluster.apply(kind, to_body(obj, manager.installation, manager.manager))
+        return None
+    except KubernetesError as exc:
+        return str(exc)
+    except Exception as exc:
+        if is_api_error(exc, 409) and action == DELETE:
+            return (f"{kind.kind} {name} on {cluster.label} is no longer the object that "
+                    "was observed (its UID changed); not deleted — plan again")
+        if is_connection_error(exc):
+            cluster.error = cluster.explain(exc, VERB[action], kind, name, namespace)
+            return cluster.error
+        if is_api_error(exc):
+            if is_api_error(exc, 404) and action != DELETE:
+                cluster.missing[kind.kind] = cluster.explain(exc, "list", kind)
+                return cluster.missing[kind.kind]
+            return cluster.explain(exc, VERB[action], kind, name, namespace)
+        raise
+
+
+def _make_room(manager: KubernetesManager, cluster: Cluster, obj: BackendObject) -> None:
+    """Before creating: nobody else's object has the name; ours being deleted is gone."""
+    kind = KINDS[obj.table]
+    metadata = obj.fields["metadata"]
+    name, namespace = metadata["name"], metadata.get("namespace")
+    deadline = time.monotonic() + float(manager.config.get("deleteTimeoutSeconds", 120))
+    while True:
+        existing = cluster.get(kind, name, namespace)
+        if existing is None:
+            return
+        whose = classify(existing, manager.installation, manager.manager)
+        if whose is not None:
+            raise KubernetesError(f"{kind.kind} {name} on {cluster.label} exists and is "
+                                  f"{whose}; unet never overwrites it")
+        if not existing["metadata"].get("deletionTimestamp"):
+            return  # ours already (created since the plan): applying is safe
+        if time.monotonic() > deadline:
+            finalizers = ", ".join(existing["metadata"].get("finalizers") or []) or "none"
+            raise KubernetesError(
+                f"{kind.kind} {name} on {cluster.label} is still being deleted after "
+                f"{manager.config.get('deleteTimeoutSeconds', 120)} s (finalizers: "
+                f"{finalizers}); for a ClusterUserDefinedNetwork, pods or VMs in the "
+                "tenant's namespaces still use it — run unet apply again once they are gone")
+        time.sleep(0.2)
+
+
+# --- readiness --------------------------------------------------------------------------------
+
+
+def readiness_report(manager: KubernetesManager, changes: Sequence[Change]) -> list[str]:
+    """Per hosting cluster: usable or not (and why), and which subnets are ready there.
+
+    A subnet is ready on a cluster when all of its objects there are as desired: up to
+    date before an apply, or applied without failure after it.
+    """
+    if manager._clusters is None:
+        return []
+    ready: dict[str, dict[str, bool]] = defaultdict(dict)  # owner -> cluster -> ready
+    for change in changes:
+        obj = change.obj
+        if obj.manager != manager.manager or change.after is None:
+            continue
+        cluster_name = obj.key.split("/", 1)[0]
+        cluster = manager.clusters.get(cluster_name)
+        ok = cluster is not None and cluster.error is None \
+            and obj.table not in cluster.missing and (
+                change.actions == (NOOP,) or (change.uid in manager._done
+                                              and change.uid not in manager._failed))
+        ready[obj.owner][cluster_name] = ready[obj.owner].get(cluster_name, True) and ok
+    names = sorted(manager.clusters)
+    lines = [f"Kubernetes manager {manager.manager}: {len(names)} hosting clusters"]
+    for name in names:
+        cluster = manager.clusters[name]
+        owners = [o for o in sorted(ready) if name in ready[o]]
+        count = sum(1 for o in owners if ready[o][name])
+        line = f"  {name}: {count} of {len(owners)} subnets ready"
+        not_ready = [o for o in owners if not ready[o][name]]
+        if not_ready and cluster.error is None:
+            line += f" (not yet: {_some(not_ready)})"
+        lines.append(line)
+        if cluster.error is not None:
+            lines.append(f"    warning: {cluster.error}; the steps on this cluster fail, "
+                         "the other clusters are applied")
+        for why in sorted(set(cluster.missing.values())):
+            lines.append(f"    warning: {why}")
+    everywhere = [o for o in sorted(ready) if all(ready[o].get(n, False) for n in names)]
+    missing = [o for o in sorted(ready) if o not in everywhere]
+    line = f"  Subnets ready on every hosting cluster: {len(everywhere)} of {len(ready)}"
+    if missing:
+        line += "; not ready: " + _some([
+            f"{o} (on {', '.join(n for n in names if not ready[o].get(n, False))})"
+            for o in missing])
+    lines.append(line)
+    return lines
+
+
+def _some(items: list[Any]) -> str:
+    shown = ", ".join(str(i) for i in items[:SHOWN])
+    return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
