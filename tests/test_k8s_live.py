@@ -232,16 +232,24 @@ def test_live_the_api_server_refuses_what_the_validator_refuses(live: Live) -> N
     """The validator's known-bad objects are refused by the real API server too."""
     from kubernetes import client
 
-    bad = {"apiVersion": "k8s.ovn.org/v1", "kind": "ClusterUserDefinedNetwork",
-           "metadata": {"name": f"unet-bad-{live.installation}"},
-           "spec": {"namespaceSelector": {}, "network": {"topology": "Localnet", "localnet": {
-               "role": "Secondary", "physicalNetworkName": "phys:net",
-               "subnets": ["10.0.0.0/24"], "vlan": {"mode": "Access", "access": {"id": 4095}}}}}}
-    with pytest.raises(client.exceptions.ApiException) as refused:
-        live.objects.create_cluster_custom_object("k8s.ovn.org", "v1",
-                                                  "clusteruserdefinednetworks", bad)
-    assert refused.value.status == 422
-    assert "4094" in refused.value.body and "physicalNetworkName" in refused.value.body
+    def cudn(**localnet: Any) -> dict[str, Any]:
+        return {"apiVersion": "k8s.ovn.org/v1", "kind": "ClusterUserDefinedNetwork",
+                "metadata": {"name": f"unet-bad-{live.installation}"},
+                "spec": {"namespaceSelector": {}, "network": {"topology": "Localnet",
+                         "localnet": {"role": "Secondary", "physicalNetworkName": "physnet",
+                                      "subnets": ["10.0.0.0/24"],
+                                      "vlan": {"mode": "Access", "access": {"id": 100}},
+                                      **localnet}}}}
+
+    for bad, expected in ((cudn(vlan={"mode": "Access", "access": {"id": 4095}}), "4094"),
+                          (cudn(physicalNetworkName="phys:net"),
+                           "physicalNetworkName cannot contain"),
+                          (cudn(subnets=["10.0.0.0/24", "fd00::/64"], mtu=1200), "1280")):
+        with pytest.raises(client.exceptions.ApiException) as refused:
+            live.objects.create_cluster_custom_object("k8s.ovn.org", "v1",
+                                                      "clusteruserdefinednetworks", bad)
+        assert refused.value.status == 422
+        assert expected in refused.value.body, refused.value.body
 
 
 def test_live_unreachable_cluster_fails_only_its_steps(live: Live) -> None:
@@ -278,7 +286,9 @@ def test_live_name_conflict_and_lease(live: Live) -> None:
     from kubernetes import client
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-    client.CoordinationV1Api(live.api).create_namespaced_lease("unet-system", {
+    leases = client.CoordinationV1Api(live.api)
+    leases.delete_namespaced_lease(f"unet-{live.installation}", "unet-system")  # the plan's
+    leases.create_namespaced_lease("unet-system", {
         "metadata": {"name": f"unet-{live.installation}"},
         "spec": {"holderIdentity": "build-7 pid 4242", "leaseDurationSeconds": 300,
                  "acquireTime": stamp, "renewTime": stamp}})

@@ -103,8 +103,9 @@ def validate_object(obj: dict[str, Any], old: dict[str, Any] | None = None,
     if crd is None:
         return [f"no CRD serves {obj.get('apiVersion')} {obj.get('kind')}"]
     errors = _metadata_errors(obj.get("metadata"), crd.namespaced)
-    errors += _schema_errors(obj, crd)
-    if not errors:  # the API server runs CEL only on objects that pass the schema
+    schema_errors, blocking = _schema_errors(obj, crd)
+    errors += schema_errors
+    if not blocking:  # as the API server: CEL runs unless a type or required error blocks it
         errors += _cel_errors(crd.schema, obj, old)
     return errors
 
@@ -153,14 +154,17 @@ def _qualified_name_errors(key: str) -> list[str]:
     return errors
 
 
-def _schema_errors(obj: dict[str, Any], crd: Crd) -> list[str]:
+def _schema_errors(obj: dict[str, Any], crd: Crd) -> tuple[list[str], bool]:
+    """The schema's errors, and whether one of them keeps CEL from running."""
     validator = _validator(crd.api_version, crd.kind)
     body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
     errors = []
+    blocking = False
     for error in sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path)):
         path = ".".join(str(p) for p in error.absolute_path) or "(root)"
         errors.append(f"{path}: {error.message}")
-    return errors
+        blocking = blocking or error.validator in ("type", "required", "additionalProperties")
+    return errors, blocking
 
 
 @lru_cache(maxsize=16)

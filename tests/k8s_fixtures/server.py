@@ -134,6 +134,17 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> None:
             apply_defaults(child, value[key])
 
 
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 JSON merge patch, in place."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
 _VALIDATED: dict[str, list[str]] = {}
 
 
@@ -250,6 +261,10 @@ class FakeCluster:
             self._reap()
             if headers.get("authorization") != f"Bearer {TOKEN}":
                 raise ApiError(401, response("status_unauthorized"))
+            if method == "GET":
+                found = self._discovery(parsed.path)
+                if found is not None:
+                    return 200, found
             match = _PATH.match(parsed.path)
             if not match or match["plural"] not in self.served \
                     or match["plural"] not in RESOURCES:
@@ -279,13 +294,47 @@ class FakeCluster:
             if verb == "update":
                 return 200, self._replace(key, payload, names)
             if verb == "patch":
-                if headers.get("content-type", "").split(";")[0] != \
-                        "application/apply-patch+yaml":
-                    raise ApiError(415, "only server-side apply is served here")
+                content = headers.get("content-type", "").split(";")[0]
+                if content == "application/merge-patch+json":
+                    manager = query.get("fieldManager", "unknown")
+                    old = copy.deepcopy(self._existing(key, names))
+                    self.edit(plural, name, lambda o: _merge(o, payload), namespace, manager)
+                    return 200, copy.deepcopy(self.store.get(key, old))
+                if content != "application/apply-patch+yaml":
+                    raise ApiError(415, "only server-side apply and merge patches are served")
                 if not query.get("fieldManager"):
                     raise ApiError(422, response("status_bad_request_field_manager"))
                 return self._apply(key, payload, query, names)
             return 200, self._delete(key, payload, names)
+
+    def _discovery(self, path: str) -> dict[str, Any] | None:
+        """What the live tests read before they start: CRDs and namespaces."""
+        prefix = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+        if path.startswith(prefix):
+            from managers.kubernetes.validate import crd_dir
+
+            name = path[len(prefix):]
+            for file in crd_dir().glob("*.yaml"):
+                crd = yaml.safe_load(file.read_text())
+                served = next(p for p, r in RESOURCES.items()
+                              if r[2] == crd["spec"]["names"]["kind"])
+                if crd["metadata"]["name"] == name and served in self.served:
+                    crd["status"] = {"conditions": [
+                        {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                         "message": "the initial names have been accepted",
+                         "lastTransitionTime": now()}],
+                        "acceptedNames": crd["spec"]["names"], "storedVersions": ["v1"]}
+                    return crd  # type: ignore[no-any-return]
+            raise ApiError(404, response("status_object_not_found", name=name,
+                                         plural="customresourcedefinitions",
+                                         group="apiextensions.k8s.io"))
+        if path.startswith("/api/v1/namespaces/"):
+            name = path.rsplit("/", 1)[1]
+            if name not in self.namespaces:
+                raise ApiError(404, response("status_namespace_not_found", namespace=name))
+            return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
+                    "status": {"phase": "Active"}}
+        return None
 
     def _list(self, plural: str, namespace: str, query: dict[str, str],
               names: dict[str, Any]) -> dict[str, Any]:
