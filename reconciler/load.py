@@ -12,6 +12,8 @@ import os
 import posixpath
 import re
 import stat
+import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,11 +41,38 @@ _MANIFEST_SUFFIXES = (".yaml", ".yml")
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 try:  # libyaml when available: an order of magnitude faster than pure Python
-    _Loader: type = yaml.CSafeLoader
+    _BaseLoader: type = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _Loader = yaml.SafeLoader
+    _BaseLoader = yaml.SafeLoader
+
+_RESOLVED_SCALARS: dict[tuple[str, Any], str] = {}
+_RESOLVED_SCALARS_BOUND = 100_000
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """PyYAML resolves each scalar's tag with regexes in Python; manifests repeat values a
+    lot (field names, kinds, protocols), so resolutions are remembered. Path resolvers,
+    which manifests never use, are switched off."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        if kind is not ScalarNode:
+            return str(super().resolve(kind, value, implicit))
+        key = (value, implicit)
+        tag = _RESOLVED_SCALARS.get(key)
+        if tag is None:
+            if len(_RESOLVED_SCALARS) > _RESOLVED_SCALARS_BOUND:
+                _RESOLVED_SCALARS.clear()
+            tag = _RESOLVED_SCALARS[key] = super().resolve(kind, value, implicit)
+        return tag
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        return None
+
+    def ascend_resolver(self) -> None:
+        return None
 
 _TAG = "tag:yaml.org,2002:"
+_STR = _TAG + "str"
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 _SCALAR_BUILDERS: dict[str, Callable[[ScalarNode], Any]] = {
     _TAG + "str": lambda node: node.value,
@@ -129,6 +158,8 @@ class _Builder:
         if self.nodes > MAX_NODES:
             raise _Unsafe(f"the file expands to more than {MAX_NODES:,} values (alias bomb?)",
                           node)
+        if node.__class__ is ScalarNode:  # the common case first: no alias bookkeeping
+            return node.value if node.tag == _STR else self._scalar(node)
         if id(node) not in self.seen:
             self.seen.add(id(node))
         elif not aliased:
@@ -136,8 +167,6 @@ class _Builder:
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
                 raise _Unsafe(f"more than {MAX_ALIASES} aliases", node)
-        if isinstance(node, ScalarNode):
-            return self._scalar(node)
         if isinstance(node, SequenceNode):
             self._check_tag(node, "seq")
             items = []
@@ -382,7 +411,8 @@ def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
     yield from walk("")
 
 
-def git_files(start: Path, rev: str) -> Iterator[SourceFile | Diagnostic]:
+def git_files(start: Path, rev: str,
+              max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Iterator[SourceFile | Diagnostic]:
     """Manifest files of a Git revision, read from Git objects without a checkout."""
     import git  # imported here: folder mode never needs it
 
@@ -429,6 +459,8 @@ def git_files(start: Path, rev: str) -> Iterator[SourceFile | Diagnostic]:
                 return "file", path
         return "missing", rel  # a symlink loop
 
+    items: list[SourceFile | Diagnostic] = []
+    blobs = _BlobBatch(repo.working_dir)
     for rel in sorted(entries):
         mode, sha, size = entries[rel]
         if not _in_scope(rel) or mode not in ("100644", "100755", "120000"):
@@ -436,20 +468,66 @@ def git_files(start: Path, rev: str) -> Iterator[SourceFile | Diagnostic]:
         if mode == "120000":
             found, path = resolve(rel)
             if found in ("leaves", "folder"):
-                yield _unsafe_path(rel, *(_LEAVES if found == "leaves" else _LINKED_FOLDER))
+                items.append(_unsafe_path(rel, *(_LEAVES if found == "leaves"
+                                                  else _LINKED_FOLDER)))
                 continue
         if _area_of(rel) is None:
             continue
         if not _plain_path(rel):
-            yield _unsafe_path(rel, *_NOT_PLAIN)
+            items.append(_unsafe_path(rel, *_NOT_PLAIN))
             continue
         if mode == "120000":
             if found == "missing":
-                yield _unsafe_path(rel, f"is a symlink to '{path}', which is not a file",
-                                   _LINKED_FOLDER[1])
+                items.append(_unsafe_path(rel, f"is a symlink to '{path}', which is not a file",
+                                          _LINKED_FOLDER[1]))
                 continue
             _mode, sha, size = entries[path]
-        yield SourceFile(rel, size, reader(sha), blob_id=sha)
+        if size <= max_file_bytes:
+            blobs.want(sha)
+        items.append(SourceFile(rel, size, blobs.reader(sha), blob_id=sha))
+    yield from items
+
+
+class _BlobBatch:
+    """Blobs read in one `git cat-file --batch` run instead of one round trip each."""
+
+    def __init__(self, git_dir: str) -> None:
+        self.git_dir = git_dir
+        self.wanted: list[str] = []
+        self.blobs: dict[str, bytes] = {}
+
+    def want(self, sha: str) -> None:
+        self.wanted.append(sha)
+
+    def reader(self, sha: str) -> Callable[[], bytes]:
+        return lambda: self.read(sha)
+
+    def read(self, sha: str) -> bytes:
+        if sha not in self.blobs:
+            self._fetch(self.wanted if sha in self.wanted else [sha])
+            self.wanted = []
+        return self.blobs[sha]
+
+    def _fetch(self, shas: list[str]) -> None:
+        process = subprocess.Popen(["git", "cat-file", "--batch"], cwd=self.git_dir,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert process.stdin is not None and process.stdout is not None
+        requests = "".join(f"{sha}\n" for sha in shas).encode()
+        writer = threading.Thread(target=_write_and_close, args=(process.stdin, requests))
+        writer.start()  # written from a thread: the pipe would fill up both ways otherwise
+        for _ in shas:
+            header = process.stdout.readline().split()
+            if len(header) != 3:
+                raise SourceError(f"git cat-file could not read {header[0].decode()}")
+            self.blobs[header[0].decode()] = process.stdout.read(int(header[2]))
+            process.stdout.read(1)  # the newline after each blob
+        writer.join()
+        process.wait()
+
+
+def _write_and_close(stream: Any, data: bytes) -> None:
+    stream.write(data)
+    stream.close()
 
 
 def load_documents(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,27 +37,39 @@ class Validation:
         return not any(d.is_error for d in self.diagnostics)
 
 
-def repo_files(path: Path, rev: str | None) -> Iterator[SourceFile | Diagnostic]:
+def repo_files(path: Path, rev: str | None,
+               max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Iterator[SourceFile | Diagnostic]:
     """The manifest files of the repo at `path`: the folder itself, or a Git revision of it."""
-    return git_files(path, rev) if rev else folder_files(path)
+    return git_files(path, rev, max_file_bytes) if rev else folder_files(path)
 
 
 def validate_files(files: Iterator[SourceFile | Diagnostic],
                    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Validation:
-    counted: list[SourceFile | Diagnostic] = []
-
-    def counting() -> Iterator[SourceFile | Diagnostic]:
-        for item in files:
-            counted.append(item)
-            yield item
-
-    documents, diagnostics = load_documents(counting(), max_file_bytes)
-    manifests, problems = validate_documents(documents)
-    diagnostics += problems
-    context, problems = check(manifests, installed_plugins(), _unreadable(documents, manifests))
-    diagnostics += problems
-    n_files = sum(1 for item in counted if isinstance(item, SourceFile))
+    items = list(files)
+    with _no_garbage_collection():
+        documents, diagnostics = load_documents(iter(items), max_file_bytes)
+        manifests, problems = validate_documents(documents)
+        diagnostics += problems
+        context, problems = check(manifests, installed_plugins(),
+                                  _unreadable(documents, manifests))
+        diagnostics += problems
+    n_files = sum(1 for item in items if isinstance(item, SourceFile))
     return Validation(documents, manifests, context, diagnostics, n_files)
+
+
+@contextlib.contextmanager
+def _no_garbage_collection() -> Iterator[None]:
+    """Loading builds millions of small objects that live until the command ends.
+
+    The cyclic collector would scan them again and again (a third of the time at a
+    thousand tenants) and find nothing: pause it, then freeze what was built.
+    """
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def _unreadable(documents: list[Document],
@@ -95,4 +109,4 @@ def revision_info(path: Path, rev: str | None) -> dict[str, object]:
 
 def validate_repo(path: Path, rev: str | None = None,
                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Validation:
-    return validate_files(repo_files(path, rev), max_file_bytes)
+    return validate_files(repo_files(path, rev, max_file_bytes), max_file_bytes)

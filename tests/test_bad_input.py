@@ -328,8 +328,8 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         read = item.read
         return lambda: (seen.append(item.path), read())[1]
 
-    def repo_files(path: Path, rev: str | None) -> Iterator[object]:
-        for item in original(path, rev):
+    def repo_files(path: Path, rev: str | None, *rest: int) -> Iterator[object]:
+        for item in original(path, rev, *rest):
             if isinstance(item, SourceFile):
                 item.read = recording(item)
             yield item
