@@ -105,8 +105,9 @@ def confirm(plan_changes: list[Change], observed: list[BackendObject]) -> list[s
 def check_fresh(plan_fingerprint: str, observed: list[BackendObject]) -> None:
     now = fingerprint(observed)
     if now != plan_fingerprint:
-        raise StalePlan("the backends changed since the plan was made (its observed-state "
-                        "fingerprint no longer matches); make a new plan and apply that")
+        raise StalePlan("STALE_PLAN: the backends changed since the plan was made (its "
+                        "observed-state fingerprint no longer matches); nothing was applied. "
+                        "Make a new plan and apply that")
 
 
 def _step(text: str) -> Step:

@@ -58,6 +58,7 @@ class OvnManager(ManagerPlugin):
 
     _nb: Northbound | None = None
     _foreign: dict[str, set[str]] | None = None
+    _foreign_children: list[str] | None = None
 
     @contextlib.contextmanager
     def connect(self, workdir: Path) -> Iterator[None]:
@@ -86,6 +87,7 @@ class OvnManager(ManagerPlugin):
     def observe(self) -> list[BackendObject]:
         observed = self.nb.observe(self.installation, self.manager)
         self._foreign = observed.foreign_names
+        self._foreign_children = observed.foreign_children
         return observed.objects
 
     def conflicts(self, desired: list[BackendObject]) -> list[str]:
@@ -102,7 +104,7 @@ class OvnManager(ManagerPlugin):
 
     def unmanaged(self) -> list[str]:
         return [f"{table} {name}" for table, names in sorted((self._foreign or {}).items())
-                for name in sorted(names)]
+                for name in sorted(names)] + list(self._foreign_children or ())
 
     def applied_digest(self) -> str | None:
         return self.nb.global_tag(self._applied_tag)

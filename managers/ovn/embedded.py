@@ -13,6 +13,7 @@ import fcntl
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -60,7 +61,11 @@ class EmbeddedNorthbound:
         with self._exclusive("start.lock"):
             self._users = os.open(self.dir / "users.lock", os.O_CREAT | os.O_RDWR, 0o600)
             fcntl.flock(self._users, fcntl.LOCK_SH)
-            if not self.running():
+            if self.running():
+                pass
+            elif self.answering():  # someone else's server, without our pidfile: use it
+                self.marker.unlink(missing_ok=True)
+            else:
                 self._create_or_upgrade(tool, schema)
                 self._start(server)
         return self
@@ -91,6 +96,16 @@ class EmbeddedNorthbound:
     def running(self) -> bool:
         pid = self.pid()
         return pid is not None and _alive(pid) and self.socket.exists()
+
+    def answering(self) -> bool:
+        """A server accepts connections at the socket (whoever started it)."""
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.settimeout(2)
+            try:
+                probe.connect(str(self.socket))
+            except OSError:
+                return False
+        return True
 
     def _create_or_upgrade(self, tool: str, schema: str) -> None:
         if not self.db.exists():

@@ -35,8 +35,9 @@ from reconciler.order import Step
 from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
 
 TABLES = (*MANAGED_COLUMNS, "NB_Global")
-NAMED_TABLES = ("Logical_Switch_Port", "Logical_Router_Port", "Port_Group", "Address_Set",
-                "Gateway_Chassis")
+#: Tables whose rows people and ovn-nbctl find by name: a foreign row there blocks the name.
+NAMED_TABLES = ("Logical_Switch", "Logical_Router", "Logical_Switch_Port", "Logical_Router_Port",
+                "Port_Group", "Address_Set", "Gateway_Chassis")
 MAX_ROWS_PER_TRANSACTION = 5000
 LOCK_HOLDER_TAG = "unet:lock-holder:"
 
@@ -53,6 +54,7 @@ class LockTimeout(OvnError):
 class Observed:
     objects: list[BackendObject]
     foreign_names: dict[str, set[str]] = field(default_factory=dict)  # table -> names not ours
+    foreign_children: list[str] = field(default_factory=list)  # unnamed, not ours, in ours
 
 
 class Northbound:
@@ -231,14 +233,18 @@ def _observe(idl: Any, installation: str, manager: str) -> Observed:
             elif table in NAMED_TABLES:
                 foreign.setdefault(table, set()).add(row.name)
     parent_of: dict[Any, tuple[str, str]] = {}
+    children: list[str] = []
     for table, columns in PARENT_COLUMNS.items():
         for row in ours.get(table, ()):
             for column in columns:
                 for child in getattr(row, column):
                     parent_of[child.uuid] = (key_of[row.uuid], column)
+                    if child.uuid not in key_of and child._table.name not in NAMED_TABLES:
+                        children.append(f"{child._table.name} {child.uuid} in {table} "
+                                        f"{row.name}")
     objects = [_object(idl, table, row, key_of, parent_of, manager)
                for table, rows in sorted(ours.items()) for row in rows]
-    return Observed(objects, foreign)
+    return Observed(objects, foreign, sorted(children))
 
 
 def _object(idl: Any, table: str, row: Any, key_of: dict[Any, str],
@@ -266,13 +272,24 @@ class _RowIndex:
 
     def __init__(self, idl: Any, installation: str) -> None:
         self.idl = idl
+        self.installation = installation
         self.uuids: dict[str, tuple[str, Any]] = {}
-        for table in MANAGED_COLUMNS:
-            for row in idl.tables[table].rows.values():
-                tags = row.external_ids
-                if tags.get(TAG_INSTALLATION) == installation and TAG_KEY in tags:
-                    self.uuids[tags[TAG_KEY]] = (table, row.uuid)
         self.pending: dict[str, Any] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read our rows from the IDL again, e.g. before ovsdbapp retries a transaction.
+
+        After a reconnect, an attempt whose reply was lost may have committed: its rows
+        are in the IDL now, and are found here instead of being inserted twice.
+        """
+        self.uuids.clear()
+        self.pending.clear()
+        for table in MANAGED_COLUMNS:
+            for row in self.idl.tables[table].rows.values():
+                tags = row.external_ids
+                if tags.get(TAG_INSTALLATION) == self.installation and TAG_KEY in tags:
+                    self.uuids[tags[TAG_KEY]] = (table, row.uuid)
 
     def get(self, key: str) -> Any:
         if key in self.pending:
@@ -303,11 +320,15 @@ class _WaveCommand:
         self.changes = changes
         self.rows = rows
         self.installation = installation
+        self.attempts = 0
 
     def __str__(self) -> str:
         return f"unet wave of {len(self.steps)} steps"
 
     def run_idl(self, txn: Any) -> None:
+        self.attempts += 1
+        if self.attempts > 1:  # ovsdbapp retries after a reconnect: see what did commit
+            self.rows.refresh()
         self.rows.pending.clear()
         for step in self.steps:
             change = self.changes[step.uid]
@@ -335,10 +356,13 @@ class _WaveCommand:
             if parent is not None:
                 parent.delvalue(obj.parent[1], row)
         row.delete()
+        self.rows.uuids.pop(obj.key, None)
 
     def _create(self, txn: Any, obj: BackendObject | None) -> None:
         assert obj is not None
-        row = txn.insert(self.rows.idl.tables[obj.table])
+        row = self.rows.get(obj.key)  # there already: an earlier attempt did commit
+        if row is None:
+            row = txn.insert(self.rows.idl.tables[obj.table])
         self.rows.pending[obj.key] = row
 
     def _finish(self, row: Any, obj: BackendObject | None) -> None:

@@ -1,0 +1,900 @@
+"""`unet plan` and `unet apply` against a real OVN Northbound database and ovn-northd.
+
+Every test runs the unet command line as a subprocess (so kills and locks are
+real) against the `lab` fixture: ovsdb-server (NB, SB) and ovn-northd from the
+distribution's packages, in a temp folder, on unix sockets. Nothing is mocked.
+Every daemon a test starts itself is stopped by its pid, also when it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import ROOT, use_northbound
+from .ovnlab import NB_SCHEMA, OvnLab, _alive
+
+INSTALLATION = "example"
+ROOT_TABLES = ("Logical_Switch", "Logical_Router", "Port_Group", "Address_Set", "DHCP_Options")
+TABLES = (*ROOT_TABLES, "Logical_Switch_Port", "Logical_Router_Port", "ACL", "NAT",
+          "Logical_Router_Static_Route", "Gateway_Chassis")
+BENCH_TENANTS = 15
+
+
+# --- running unet ---------------------------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "UNET_DEBUG"}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def unet(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the unet command line; its output never holds a traceback."""
+    result = subprocess.run([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
+                            env=_env(), capture_output=True, text=True, timeout=timeout,
+                            check=False)
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert "internal error" not in result.stderr, result.stderr
+    return result
+
+
+def apply(cwd: Path, repo: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return unet(cwd, "apply", str(repo), "--auto-approve", "--manager", "ovn", *extra)
+
+
+def plan(cwd: Path, repo: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return unet(cwd, "plan", str(repo), "--manager", "ovn", *extra)
+
+
+def plan_json(cwd: Path, repo: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    result = plan(cwd, repo, "--format", "json", "--detailed-exitcode", *extra)
+    return result.returncode, json.loads(result.stdout)
+
+
+def assert_noop(cwd: Path, repo: Path) -> None:
+    result = plan(cwd, repo, "--detailed-exitcode")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No changes." in result.stdout
+
+
+def spawn(cwd: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """unet in the background, its output in files (a full pipe would stall it)."""
+    out, err = cwd / f"out.{time.monotonic_ns()}", cwd / f"err.{time.monotonic_ns()}"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
+                                env=_env(), stdout=stdout, stderr=stderr)
+    return proc, out, err
+
+
+def wait_for_text(proc: subprocess.Popen[bytes], files: tuple[Path, ...], text: str,
+                  timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(text in f.read_text(errors="replace") for f in files):
+        if proc.poll() is not None:
+            raise AssertionError(f"unet exited ({proc.returncode}) before printing {text!r}: "
+                                 + files[-1].read_text())
+        if time.monotonic() > deadline:
+            raise AssertionError(f"unet did not print {text!r} within {timeout} s")
+        time.sleep(0.005)
+
+
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
+    """Kill the process (by its pid) if the test leaves it running."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+# --- reading the Northbound database with ovn-nbctl -----------------------------------------
+
+
+@functools.cache
+def _schema() -> dict[str, Any]:
+    return json.loads(Path(NB_SCHEMA).read_text())["tables"]  # type: ignore[no-any-return]
+
+
+def _atom(value: Any) -> Any:
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "named-uuid"):
+        return value[1]
+    return value
+
+
+def _value(table: str, column: str, value: Any) -> Any:
+    """As ovsdbapp shows it: sets as sorted lists, optional values as value or None."""
+    kind = _schema()[table]["columns"].get(column, {}).get("type", "string")
+    if isinstance(value, list) and value and value[0] == "map":
+        return {_atom(k): _atom(v) for k, v in value[1]}
+    items = value[1] if isinstance(value, list) and value and value[0] == "set" else [value]
+    items = [_atom(v) for v in items]
+    if not isinstance(kind, dict) or kind.get("max", 1) == 1:
+        return items[0] if items else None
+    return sorted(items, key=str)
+
+
+def rows(remote: str, table: str) -> list[dict[str, Any]]:
+    result = subprocess.run(["ovn-nbctl", f"--db={remote}", "--format=json", "list", table],
+                            capture_output=True, text=True, check=True)
+    data = json.loads(result.stdout)
+    return [{column: _value(table, column, value)
+             for column, value in zip(data["headings"], row, strict=True)}
+            for row in data["data"]]
+
+
+def ours(remote: str, table: str, installation: str = INSTALLATION) -> list[dict[str, Any]]:
+    return [r for r in rows(remote, table)
+            if r["external_ids"].get("unet:installation") == installation]
+
+
+def row_named(remote: str, table: str, name: str) -> dict[str, Any]:
+    found = [r for r in rows(remote, table) if r.get("name") == name]
+    assert len(found) == 1, f"{table} {name}: {len(found)} rows"
+    return found[0]
+
+
+def dump(remote: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row unet could touch, for comparing before and after."""
+    return {table: sorted(rows(remote, table), key=lambda r: r["_uuid"]) for table in TABLES}
+
+
+def nbctl_list(remote: str, table: str, uuid: str) -> str:
+    return subprocess.run(["ovn-nbctl", f"--db={remote}", "list", table, uuid],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def northd_problems(lab: OvnLab, expected: tuple[str, ...] = ()) -> list[str]:
+    """ovn-northd's errors and warnings, but for a slow machine's and those `expected`."""
+    log = (lab.root / "northd.log").read_text()
+    return [line for line in log.splitlines() if ("|ERR|" in line or "|WARN|" in line)
+            and "|timeval|" not in line and not any(e in line for e in expected)]
+
+
+# --- repo edits -----------------------------------------------------------------------------
+
+
+def add_instance(repo: Path, name: str, subnet: str = "web", group: str = "web") -> None:
+    with (repo / "tenants" / "acme" / "compute.yaml").open("a") as out:
+        out.write(f"---\napiVersion: network.osac.io/v1alpha1\nkind: ComputeInstance\n"
+                  f"metadata:\n  name: {name}\nspec:\n  networkAttachments:\n"
+                  f"    - subnet: {subnet}\n      securityGroups: [{group}]\n")
+
+
+@pytest.fixture
+def repo(example_copy: Path, lab: OvnLab) -> Path:
+    """The example repo, pointed at the lab's Northbound database."""
+    use_northbound(example_copy, lab.nb_remote)
+    return example_copy
+
+
+# --- 1. the example repo, applied -----------------------------------------------------------
+
+
+def test_apply_example_builds_the_network_and_northd_compiles_it(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    result = apply(tmp_path, repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Apply complete: " in result.stdout
+    created = int(re.search(r"Apply complete: (\d+) created", result.stdout).group(1))
+    assert created == sum(len(ours(lab.nb_remote, t)) for t in TABLES)
+
+    show = lab.nbctl("show")
+    for name in ("unet.acme.prod", "unet.globex.corp", "unet.initech.lab"):
+        assert f"router {row_named(lab.nb_remote, 'Logical_Router', name)['_uuid']} ({name})" \
+            in show
+    for name in ("unet.acme.web", "unet.acme.db", "unet.acme.nodes", "unet.globex.app",
+                 "unet-ext.region-a", "unet-ext.region-b"):
+        assert f"({name})" in show
+
+    # Ports with the allocated addresses: "MAC IPv4 [IPv6]", inside the subnet.
+    web1 = row_named(lab.nb_remote, "Logical_Switch_Port", "unet.acme.vm.web-1.0")
+    mac, ip4, ip6 = web1["addresses"][0].split()
+    assert re.fullmatch(r"(?:[0-9a-f]{2}:){5}[0-9a-f]{2}", mac)
+    assert ipaddress.ip_address(ip4) in ipaddress.ip_network("10.10.1.0/24")
+    assert ip4 != "10.10.1.1", "the gateway is never given to a port"
+    assert ipaddress.ip_address(ip6) in ipaddress.ip_network("fd10:aaaa:0:1::/64")
+    assert web1["port_security"] == web1["addresses"]
+    web_switch = row_named(lab.nb_remote, "Logical_Switch", "unet.acme.web")
+    assert web1["_uuid"] in web_switch["ports"]
+    db1 = row_named(lab.nb_remote, "Logical_Switch_Port", "unet.acme.vm.db-1.0")
+    assert db1["addresses"][0].split()[1] == "10.10.2.20", "the fixed address is kept"
+    assert db1["dhcpv4_options"], "the db subnet has DHCP"
+
+    # NAT: the SNAT of NATGateway prod from the pool, and web-1's floating IP.
+    prod = row_named(lab.nb_remote, "Logical_Router", "unet.acme.prod")
+    nat = [r for r in rows(lab.nb_remote, "NAT") if r["_uuid"] in prod["nat"]]
+    snat = [r for r in nat if r["type"] == "snat"]
+    assert len(snat) == 1 and snat[0]["logical_ip"] == "10.10.0.0/16"
+    snat_ip = ipaddress.ip_address(snat[0]["external_ip"])
+    assert snat_ip in ipaddress.ip_network("203.0.113.0/24")
+    assert ipaddress.ip_address("203.0.113.10") <= snat_ip <= \
+        ipaddress.ip_address("203.0.113.200") and str(snat_ip) != "203.0.113.53"
+    assert snat[0]["external_ids"]["unet:owner"] == "NATGateway/acme/prod"
+    floating = {r["logical_ip"]: r["external_ip"] for r in nat if r["type"] == "dnat_and_snat"}
+    assert floating[ip4] != str(snat_ip)
+    assert f'external ip: "{snat_ip}"' in show and 'type: "snat"' in show
+
+    # Port groups and their ACLs.
+    groups = {r["name"]: r for r in rows(lab.nb_remote, "Port_Group")}
+    assert {"unet.acme.prod", "unet.acme.prod.web", "unet.acme.prod.db",
+            "unet.acme.prod.k1_nodes", "unet.globex.corp.app"} <= groups.keys()
+    assert web1["_uuid"] in groups["unet.acme.prod.web"]["ports"]
+    assert web1["_uuid"] in groups["unet.acme.prod"]["ports"], "the network's default drop"
+    assert web1["_uuid"] not in groups["unet.acme.prod.db"]["ports"]
+    acls = lab.nbctl("--type=port-group", "acl-list", "unet.acme.prod.web")
+    assert "(outport == @unet.acme.prod.web && ip4 && tcp.dst == 443) allow-related" in acls
+    assert "ip4.src == 192.0.2.0/24 && tcp.dst == 22) allow-related" in acls
+    db_acls = lab.nbctl("--type=port-group", "acl-list", "unet.acme.prod.db")
+    assert "ip4.src == $unet.acme.prod.web_ip4 && tcp.dst == 5432" in db_acls
+    assert "drop" in lab.nbctl("--type=port-group", "acl-list", "unet.acme.prod")
+    assert all(r["external_ids"].get("unet:installation") == INSTALLATION
+               for r in rows(lab.nb_remote, "ACL"))
+
+    # ovn-northd compiled all of it into the Southbound database, without complaint.
+    lab.sync()
+    datapaths = subprocess.run(["ovn-sbctl", f"--db={lab.sb_remote}", "--columns=external_ids",
+                                "list", "Datapath_Binding"], capture_output=True, text=True,
+                               check=True).stdout
+    for table in ("Logical_Switch", "Logical_Router"):
+        for row in rows(lab.nb_remote, table):
+            assert f'name={row["name"]}' in datapaths, row["name"]
+    flows = subprocess.run(["ovn-sbctl", f"--db={lab.sb_remote}", "lflow-list",
+                            "unet.acme.web"], capture_output=True, text=True, check=True).stdout
+    assert "tcp.dst == 443" in flows, "the security group's ACLs became logical flows"
+    assert northd_problems(lab) == []
+
+
+# --- 2. idempotence -------------------------------------------------------------------------
+
+
+def test_second_apply_changes_nothing(lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    before = dump(lab.nb_remote)
+    assert sum(map(len, before.values())) > 100
+
+    second = apply(tmp_path, repo)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "No changes." in second.stdout and "Apply complete" not in second.stdout
+    code, document = plan_json(tmp_path, repo)
+    assert code == 0
+    assert document["has_changes"] is False and document["drift"] == []
+    assert {tuple(c["actions"]) for c in document["backend_changes"]} == {("no-op",)}
+    assert len(document["backend_changes"]) == sum(map(len, before.values()))
+    assert_noop(tmp_path, repo)
+    assert dump(lab.nb_remote) == before, "same rows, same UUIDs, same values"
+
+
+# --- 3. drift -------------------------------------------------------------------------------
+
+WEB1_KEY = "Logical_Switch_Port/acme/ComputeInstance/web-1/0"
+WEB2_KEY = "Logical_Switch_Port/acme/ComputeInstance/web-2/0"
+HTTPS_MATCH = "outport == @unet.acme.prod.web && ip4 && tcp.dst == 443"
+HANDMADE_KEY = "ACL/acme/prod/web/to-lport/handmade"
+
+
+def _create_tagged_acl(lab: OvnLab) -> None:
+    """A row a person made by copying our tags: ours by tag, desired by nobody."""
+    lab.nbctl("--", "--id=@a", "create", "ACL", "direction=to-lport", "priority=1002",
+              'match="outport == @unet.acme.prod.web && ip4 && tcp.dst == 23"',
+              "action=allow-related", f'external_ids:"unet:installation"={INSTALLATION}',
+              f'external_ids:"unet:key"="{HANDMADE_KEY}"',
+              'external_ids:"unet:owner"="SecurityGroup/acme/web"',
+              "--", "add", "Port_Group", "unet.acme.prod.web", "acls", "@a")
+
+
+def test_drift_is_reported_and_repaired(lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    web1 = row_named(lab.nb_remote, "Logical_Switch_Port", "unet.acme.vm.web-1.0")
+    web2 = row_named(lab.nb_remote, "Logical_Switch_Port", "unet.acme.vm.web-2.0")
+    https = [r for r in rows(lab.nb_remote, "ACL") if r["match"] == HTTPS_MATCH]
+    assert len(https) == 1
+    https_key = https[0]["external_ids"]["unet:key"]
+    assert web1["external_ids"]["unet:key"] == WEB1_KEY
+    assert web2["external_ids"]["unet:key"] == WEB2_KEY
+
+    lab.nbctl("lsp-set-addresses", "unet.acme.vm.web-1.0", "02:00:00:00:00:99 10.10.1.99")
+    lab.nbctl("lsp-del", "unet.acme.vm.web-2.0")
+    lab.nbctl("--type=port-group", "acl-del", "unet.acme.prod.web", "to-lport", "1002",
+              HTTPS_MATCH)
+    _create_tagged_acl(lab)
+
+    code, document = plan_json(tmp_path, repo)
+    assert code == 2
+    changes = {c["id"]: c for c in document["backend_changes"]}
+    expected = {f"ovn:{WEB1_KEY}": ["update"], f"ovn:{WEB2_KEY}": ["create"],
+                f"ovn:{https_key}": ["create"], f"ovn:{HANDMADE_KEY}": ["delete"]}
+    assert set(expected) <= set(document["drift"]), document["drift"]
+    for uid, actions in expected.items():
+        assert changes[uid]["actions"] == actions and changes[uid]["drift"] is True, uid
+    assert {"path": "fields.addresses.0", "before": "02:00:00:00:00:99 10.10.1.99",
+            "after": web1["addresses"][0]} in changes[f"ovn:{WEB1_KEY}"]["changes"]
+    # Every change is drift: the repo did not change since the last apply.
+    assert set(document["drift"]) == {c["id"] for c in document["backend_changes"]
+                                      if c["actions"] != ["no-op"]}
+    text = plan(tmp_path, repo, "--detailed-exitcode")
+    assert text.returncode == 2
+    assert f"Drift: {len(document['drift'])} backend objects were changed outside unet" \
+        in text.stdout
+    refresh = plan(tmp_path, repo, "--detailed-exitcode", "--refresh-only")
+    assert refresh.returncode == 2
+
+    repaired = apply(tmp_path, repo)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    now1 = row_named(lab.nb_remote, "Logical_Switch_Port", "unet.acme.vm.web-1.0")
+    assert now1["addresses"] == web1["addresses"] == now1["port_security"]
+    now2 = row_named(lab.nb_remote, "Logical_Switch_Port", "unet.acme.vm.web-2.0")
+    assert now2["addresses"] == web2["addresses"], "the allocation is made again, the same"
+    assert now2["_uuid"] in row_named(lab.nb_remote, "Port_Group", "unet.acme.prod.web")["ports"]
+    assert [r["match"] for r in rows(lab.nb_remote, "ACL")].count(HTTPS_MATCH) == 1
+    assert not [r for r in rows(lab.nb_remote, "ACL")
+                if r["external_ids"].get("unet:key") == HANDMADE_KEY]
+    assert_noop(tmp_path, repo)
+    lab.sync()
+    assert northd_problems(lab) == []
+
+
+# --- 4. rows that are not ours --------------------------------------------------------------
+
+
+def _make_foreign_rows(lab: OvnLab) -> dict[str, tuple[str, str]]:
+    """Rows a person or another system made, some inside our rows; name → (table, uuid)."""
+    nb = lab.nb_remote
+    lab.nbctl("ls-add", "foreign-sw")
+    lab.nbctl("lsp-add", "foreign-sw", "foreign-sw-p1", "--", "lsp-set-addresses",
+              "foreign-sw-p1", "02:00:00:00:0f:01 192.0.2.10")
+    lab.nbctl("lsp-add", "unet.acme.web", "foreign-port", "--", "lsp-set-addresses",
+              "foreign-port", "02:00:00:00:0f:02 10.10.1.250")
+    lab.nbctl("--type=port-group", "acl-add", "unet.acme.prod.web", "to-lport", "900",
+              "outport == @unet.acme.prod.web && ip4.src == 198.18.0.1", "drop")
+    lab.nbctl("lr-nat-add", "unet.acme.prod", "dnat_and_snat", "203.0.113.250", "10.10.1.250")
+    lab.nbctl("pg-add", "foreign-pg")
+    out = {name: (table, row_named(nb, table, name)["_uuid"]) for table, name in (
+        ("Logical_Switch", "foreign-sw"), ("Logical_Switch_Port", "foreign-sw-p1"),
+        ("Logical_Switch_Port", "foreign-port"), ("Port_Group", "foreign-pg"))}
+    acl = [r for r in rows(nb, "ACL") if r["priority"] == 900]
+    nat = [r for r in rows(nb, "NAT") if r["external_ip"] == "203.0.113.250"]
+    assert len(acl) == len(nat) == 1
+    out["foreign-acl"] = ("ACL", acl[0]["_uuid"])
+    out["foreign-nat"] = ("NAT", nat[0]["_uuid"])
+    return out
+
+
+def test_foreign_rows_survive_every_apply(lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    nb = lab.nb_remote
+    assert apply(tmp_path, repo).returncode == 0
+    foreign = _make_foreign_rows(lab)
+    snapshot = {name: nbctl_list(nb, table, uuid) for name, (table, uuid) in foreign.items()}
+
+    def untouched() -> None:
+        for name, (table, uuid) in foreign.items():
+            assert nbctl_list(nb, table, uuid) == snapshot[name], name
+        assert foreign["foreign-port"][1] in row_named(nb, "Logical_Switch", "unet.acme.web")[
+            "ports"]
+        assert foreign["foreign-acl"][1] in row_named(nb, "Port_Group", "unet.acme.prod.web")[
+            "acls"]
+        assert foreign["foreign-nat"][1] in row_named(nb, "Logical_Router", "unet.acme.prod")[
+            "nat"]
+
+    # Nothing of ours changed: the foreign rows are not drift.
+    assert_noop(tmp_path, repo)
+    assert apply(tmp_path, repo).returncode == 0
+    untouched()
+
+    # Changes to the very rows that hold foreign children: a port added to the switch and
+    # the port groups, a rule removed from the group, a floating IP removed from the router.
+    add_instance(repo, "web-8")
+    groups = repo / "tenants" / "acme" / "security-groups.yaml"
+    text = groups.read_text()
+    http = "    - protocol: tcp          # HTTP (redirects to HTTPS)\n      portFrom: 80\n" \
+           "      portTo: 80\n      cidr: 0.0.0.0/0\n"
+    assert http in text
+    groups.write_text(text.replace(http, ""))
+    external = repo / "tenants" / "acme" / "external.yaml"
+    text = external.read_text()
+    attachment = text[text.index("# Inbound 1:1 NAT to web-1."):text.index("# web-3 is not")]
+    external.write_text(text.replace(attachment, "").replace(
+        "target:\n    kind: ComputeInstance\n    name: web-3",
+        "target:\n    kind: ComputeInstance\n    name: web-8"))
+    changed = apply(tmp_path, repo)
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert "0 deleted" not in changed.stdout
+    row_named(nb, "Logical_Switch_Port", "unet.acme.vm.web-8.0")
+    untouched()
+    assert_noop(tmp_path, repo)
+
+    # A name unet is about to use is taken by someone else: refused, nothing applied.
+    lab.nbctl("lsp-add", "unet.acme.web", "unet.acme.vm.web-9.0")
+    foreign["collision"] = ("Logical_Switch_Port",
+                            row_named(nb, "Logical_Switch_Port", "unet.acme.vm.web-9.0")["_uuid"])
+    snapshot["collision"] = nbctl_list(nb, *foreign["collision"])
+    add_instance(repo, "web-9")
+    before = dump(nb)
+    planned = plan(tmp_path, repo, "--detailed-exitcode")
+    assert planned.returncode == 1
+    assert "NAME_CONFLICT" in planned.stdout
+    assert "Logical_Switch_Port named 'unet.acme.vm.web-9.0'" in planned.stdout
+    refused = apply(tmp_path, repo)
+    assert refused.returncode == 1
+    assert "NAME_CONFLICT" in refused.stdout and "nothing was applied" in refused.stderr
+    assert dump(nb) == before
+    untouched()
+
+    # --show-unmanaged lists what is not ours; the colliding port among them.
+    listed = plan(tmp_path, repo, "--show-unmanaged")
+    unmanaged = listed.stdout[listed.stdout.index("Unmanaged:"):]
+    for name in ("foreign-sw", "foreign-sw-p1", "foreign-port", "foreign-pg",
+                 "unet.acme.vm.web-9.0"):
+        assert re.search(rf"^  ovn: \w+ {re.escape(name)}$", unmanaged, re.M), name
+    for name in ("foreign-acl", "foreign-nat"):
+        table, uuid = foreign[name]
+        assert f"  ovn: {table} {uuid} in " in unmanaged, name
+    assert "unet.acme.vm.web-1.0" not in unmanaged
+
+    # Once the other port is gone, web-9 is created and the rest still stands.
+    lab.nbctl("lsp-del", "unet.acme.vm.web-9.0")
+    del foreign["collision"]
+    assert apply(tmp_path, repo).returncode == 0
+    assert row_named(nb, "Logical_Switch_Port", "unet.acme.vm.web-9.0")["external_ids"][
+        "unet:installation"] == INSTALLATION
+    untouched()
+    lab.sync()
+    assert northd_problems(lab) == []
+
+
+# --- 7. saved plans -------------------------------------------------------------------------
+
+
+def test_saved_plan_is_applied_exactly_and_refused_when_stale(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    nb = lab.nb_remote
+    saved = tmp_path / "plan.json"
+    made = plan(tmp_path, repo, "-o", str(saved))
+    assert made.returncode == 0
+    document = json.loads(saved.read_text())
+    assert document["mode"] == "live" and document["has_changes"]
+    creates = document["row_counts"]["create"]
+
+    add_instance(repo, "web-8")  # after planning: not part of the saved plan
+    applied = unet(tmp_path, "apply", str(saved), "--auto-approve")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert f"Apply complete: {creates} created, 0 updated, 0 deleted" in applied.stdout
+    assert sum(len(ours(nb, t)) for t in TABLES) == creates
+    assert "unet.acme.vm.web-8.0" not in lab.nbctl("show")
+    code, now = plan_json(tmp_path, repo)
+    assert code == 2
+    assert {c["id"]: c["actions"] for c in now["backend_changes"]
+            if c["actions"] != ["no-op"]} == {
+        "ovn:Logical_Switch_Port/acme/ComputeInstance/web-8/0": ["create"],
+        "ovn:Port_Group/acme/prod": ["update"], "ovn:Port_Group/acme/prod/web": ["update"]}
+    assert now["drift"] == [], "the saved plan's digest was recorded"
+
+    # Planned, then the backend changes: the saved plan is refused.
+    stale = tmp_path / "stale.json"
+    assert plan(tmp_path, repo, "-o", str(stale)).returncode == 0
+    lab.nbctl("set", "Logical_Switch_Port", "unet.acme.vm.web-1.0",
+              "options:requested-chassis=hv9")
+    before = dump(nb)
+    refused = unet(tmp_path, "apply", str(stale), "--auto-approve")
+    assert refused.returncode == 1
+    assert "STALE_PLAN" in refused.stderr and "make a new plan" in refused.stderr.lower()
+    assert dump(nb) == before
+
+    # A plan between two revisions (PR mode) is never applied.
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
+    add_instance(repo, "web-7")
+    between = tmp_path / "pr.json"
+    pr = plan(tmp_path, repo, "--base", "HEAD", "-o", str(between))
+    assert pr.returncode == 0, pr.stderr
+    assert json.loads(between.read_text())["mode"] == "pr"
+    refused = unet(tmp_path, "apply", str(between), "--auto-approve")
+    assert refused.returncode == 1
+    assert "cannot be applied" in refused.stderr
+    assert dump(nb) == before
+
+
+# --- 5. killed and interrupted applies ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bench_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from reconciler.bench import generate_repo
+
+    target = tmp_path_factory.mktemp("bench") / "repo"
+    generate_repo(target, BENCH_TENANTS)
+    return target
+
+
+@pytest.fixture(scope="module")
+def bench_desired(bench_template: Path) -> dict[str, set[str]]:
+    """Per table, the keys of the rows the bench repo needs (rendered without a backend)."""
+    from reconciler.pipeline import render_desired
+    from reconciler.validate import validate_repo
+
+    validation = validate_repo(bench_template)
+    assert validation.ok
+    out: dict[str, set[str]] = {}
+    for obj in render_desired(validation, [], only=["ovn"]).objects:
+        out.setdefault(obj.table, set()).add(obj.key)
+    return out
+
+
+@pytest.fixture
+def bench(bench_template: Path, lab: OvnLab, tmp_path: Path) -> Path:
+    """A repo of BENCH_TENANTS tenants (a few thousand rows), pointed at the lab."""
+    target = tmp_path / "bench"
+    shutil.copytree(bench_template, target)
+    use_northbound(target, lab.nb_remote)
+    return target
+
+
+def _keys(remote: str, installation: str) -> dict[str, Counter[str]]:
+    """Per table, how many rows carry each `unet:key` of the installation."""
+    return {table: Counter(r["external_ids"]["unet:key"] for r in ours(remote, table,
+                                                                       installation))
+            for table in TABLES}
+
+
+def _assert_consistent(lab: OvnLab, desired: dict[str, set[str]] | None) -> int:
+    """No key twice; no row without our tags. With `desired`: exactly the desired rows."""
+    total = 0
+    for table, counts in _keys(lab.nb_remote, "bench").items():
+        twice = [key for key, count in counts.items() if count > 1]
+        assert not twice, f"{table}: duplicated rows {twice[:5]}"
+        every = rows(lab.nb_remote, table)
+        assert len(every) == len(counts), f"{table}: {len(every) - len(counts)} untagged rows"
+        if desired is not None:
+            assert set(counts) == desired.get(table, set()), table
+        total += len(counts)
+    return total
+
+
+#: When to kill, one run after the other on the same database: (text unet has printed,
+#: then seconds more). The plan is printed right before the first transaction; a progress
+#: line follows each committed wave, while the next wave's transaction is built and sent;
+#: "Apply complete" comes after the last commit, before the applied digest is recorded.
+KILL_MOMENTS = (("Backend rows:", 0.0), ("wave 1/", 0.02), ("wave 1/", 0.3),
+                ("Apply complete", 0.0))
+
+
+def _kill_at(cwd: Path, repo: Path, text: str, delay: float) -> None:
+    proc, out, err = spawn(cwd, "apply", str(repo), "--auto-approve", "--manager", "ovn")
+    with reaped(proc):
+        wait_for_text(proc, (out, err), text)
+        time.sleep(delay)
+        if text == "Apply complete" and proc.poll() == 0:
+            return  # it recorded the digest and let go of the lock before the kill
+        assert proc.poll() is None, f"the apply ended before the kill ({text!r} + {delay})"
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_killed_applies_are_finished_by_the_next_run(
+        lab: OvnLab, bench: Path, bench_desired: dict[str, set[str]], tmp_path: Path) -> None:
+    desired = bench_desired
+    total = sum(map(len, desired.values()))
+    assert total > 2000
+    left = [0]
+    started = time.monotonic()
+    for text, delay in KILL_MOMENTS:
+        _kill_at(tmp_path, bench, text, delay)
+        left.append(_assert_consistent(lab, None))  # never a row twice, even half-way
+    assert left[1] == 0, "killed before its first transaction"
+    assert 0 < left[2] < left[3] <= left[4] <= total, f"each killed run got further: {left}"
+    assert left[2] < total / 2, "killed in the middle of the apply"
+    killed = time.monotonic() - started
+
+    finished = apply(tmp_path, bench)
+    assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr
+    assert _assert_consistent(lab, desired) == total
+    assert_noop(tmp_path, bench)
+    rest = time.monotonic() - started - killed
+    print(f"\nrows after each kill {left[1:]} of {total}; {len(KILL_MOMENTS)} killed runs "
+          f"{killed:.1f} s, then finished and checked in {rest:.1f} s")
+
+
+def _after_big_commits(lab: OvnLab, proc: subprocess.Popen[bytes],
+                       actions: list[Any]) -> int:
+    """Run one action after each big transaction commits, while the apply goes on.
+
+    A commit grows the database file at once, before ovsdb-server sends the
+    transaction's update and reply, which the client takes a while to read.
+    """
+    done, size = 0, (lab.root / "nb.db").stat().st_size
+    while proc.poll() is None and done < len(actions):
+        now = (lab.root / "nb.db").stat().st_size
+        if now > size + 20_000:
+            actions[done]()
+            done += 1
+        size = now
+        time.sleep(0.001)
+    return done
+
+
+def test_lost_replies_and_backend_restart_mid_apply(
+        lab: OvnLab, bench: Path, bench_desired: dict[str, set[str]], tmp_path: Path) -> None:
+    total = sum(map(len, bench_desired.values()))
+
+    def drop_connections() -> None:
+        # The client loses the reply of a transaction that did commit; ovsdbapp runs the
+        # same transaction again on a new connection.
+        subprocess.run(["ovs-appctl", "-t", str(lab.root / "nb.ctl"),
+                        "ovsdb-server/reconnect"], capture_output=True, check=True)
+
+    def restart_server() -> None:
+        lab.stop_daemon("nb")
+        lab.start_db("nb", NB_SCHEMA)
+
+    started = time.monotonic()
+    proc, out, err = spawn(tmp_path, "apply", str(bench), "--auto-approve", "--manager", "ovn")
+    with reaped(proc):
+        done = _after_big_commits(lab, proc, [drop_connections, drop_connections,
+                                              restart_server])
+        proc.wait(timeout=90)
+    interrupted = time.monotonic() - started
+    assert done == 3, f"the apply ended after {done} interruptions"
+    # It reconnected, took its lock again and finished; nothing was inserted twice.
+    assert proc.returncode == 0, err.read_text()
+    assert "Apply complete: " in out.read_text()
+    assert _assert_consistent(lab, bench_desired) == total
+
+    again = apply(tmp_path, bench)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert "No changes." in again.stdout
+    assert _assert_consistent(lab, bench_desired) == total
+    lab.sync()
+    assert northd_problems(lab, ("|reconnect|",)) == [], "only its NB connection dropped"
+    rest = time.monotonic() - started - interrupted
+    print(f"\n2 dropped connections and a restart of ovsdb-server: applied in "
+          f"{interrupted:.1f} s; next apply and checks {rest:.1f} s")
+
+
+# --- 6. the lock ----------------------------------------------------------------------------
+
+
+def test_second_run_waits_for_the_lock_then_fails_naming_the_holder(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    import pty
+
+    # The first run holds the lock while a person reads its plan at the prompt.
+    controller, terminal = pty.openpty()
+    out = tmp_path / "first.out"
+    with out.open("wb") as stdout:
+        first = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
+                                  "--manager", "ovn"], cwd=tmp_path, env=_env(), stdin=terminal,
+                                 stdout=stdout, stderr=subprocess.STDOUT)
+    os.close(terminal)
+    try:
+        with reaped(first):
+            wait_for_text(first, (out,), "Backend rows:")
+            started = time.monotonic()
+            second = apply(tmp_path, repo, "--lock-timeout", "1")
+            waited = time.monotonic() - started
+            assert second.returncode == 1
+            holder = f"{socket.gethostname()} pid {first.pid} since "
+            assert "another unet run holds the lock unet_example" in second.stderr
+            assert holder in second.stderr, second.stderr
+            assert "--lock-timeout" in second.stderr
+            assert 1 <= waited < 30
+            assert ours(lab.nb_remote, "Logical_Switch") == [], "nothing applied by either"
+
+            os.write(controller, b"yes\n")
+            assert first.wait(timeout=60) == 0, out.read_text()
+        assert "Apply complete" in out.read_text()
+    finally:
+        os.close(controller)
+    assert "unet:lock-holder:unet_example" not in lab.nbctl("get", "NB_Global", ".",
+                                                            "external_ids")
+    after = apply(tmp_path, repo, "--lock-timeout", "1")
+    assert after.returncode == 0, after.stderr
+    assert "No changes." in after.stdout
+
+
+# --- 8. connection strings ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def ovsdb_server(folder: Path, remote: str, *options: str) -> Iterator[Path]:
+    """An extra Northbound ovsdb-server; yields its log. Stopped by its pid."""
+    folder.mkdir(parents=True, exist_ok=True)
+    db, pidfile, log = folder / "nb.db", folder / "nb.pid", folder / "nb.log"
+    subprocess.run(["ovsdb-tool", "create", str(db), NB_SCHEMA], check=True)
+    subprocess.run(["ovsdb-server", str(db), f"--remote={remote}", *options,
+                    f"--pidfile={pidfile}", f"--log-file={log}",
+                    f"--unixctl={folder / 'nb.ctl'}", "--detach", "--no-chdir"],
+                   check=True, capture_output=True)
+    pid = int(pidfile.read_text())
+    try:
+        yield log
+    finally:
+        stop_pid(pid)
+
+
+def stop_pid(pid: int) -> None:
+    """SIGTERM, then wait; a zombie counts as stopped (PID 1 here reaps late)."""
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(pid), f"pid {pid} does not stop"
+
+
+def _listening_port(log: Path) -> int:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = re.search(r"listening on port (\d+)", log.read_text())
+        if found:
+            return int(found.group(1))
+        time.sleep(0.02)
+    raise AssertionError(f"no port in {log}: {log.read_text()}")
+
+
+def _set_ssl_config(repo: Path, key: Path, cert: Path, ca: Path) -> None:
+    managers = repo / "provider" / "managers.yaml"
+    text = managers.read_text()
+    anchor = "    gatewayChassis: [gw-1]\n"
+    assert anchor in text
+    managers.write_text(text.replace(anchor, anchor + f"    sslKey: {key}\n"
+                                     f"    sslCert: {cert}\n    sslCaCert: {ca}\n", 1))
+
+
+def _make_certificates(folder: Path) -> None:
+    """A CA, and a server and a client certificate it signed (EC keys: fast)."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=unet test CA")
+    for name in ("server", "client"):
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2")
+
+
+def test_connection_strings(example_copy: Path, tmp_path: Path) -> None:
+    # tcp: a port the server chose itself (a fixed port could be someone else's).
+    tcp_repo = tmp_path / "tcp-repo"
+    shutil.copytree(example_copy, tcp_repo)
+    with ovsdb_server(tmp_path / "tcp", "ptcp:0:127.0.0.1") as log:
+        remote = f"tcp:127.0.0.1:{_listening_port(log)}"
+        subprocess.run(["ovn-nbctl", f"--db={remote}", "init"], check=True)
+        use_northbound(tcp_repo, remote)
+        result = apply(tmp_path, tcp_repo)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert len(ours(remote, "Logical_Switch_Port")) > 10
+        assert_noop(tmp_path, tcp_repo)
+
+    # ssl: certificates of a CA made here, on both sides.
+    certs = tmp_path / "pki"
+    _make_certificates(certs)
+    ssl_repo = tmp_path / "ssl-repo"
+    shutil.copytree(example_copy, ssl_repo)
+    with ovsdb_server(tmp_path / "ssl", "pssl:0:127.0.0.1",
+                      f"--private-key={certs / 'server.key'}",
+                      f"--certificate={certs / 'server.pem'}",
+                      f"--ca-cert={certs / 'ca.pem'}") as log:
+        port = _listening_port(log)
+        remote = f"ssl:127.0.0.1:{port}"
+        nbctl_ssl = ["ovn-nbctl", f"--db={remote}", f"--private-key={certs / 'client.key'}",
+                     f"--certificate={certs / 'client.pem'}", f"--ca-cert={certs / 'ca.pem'}"]
+        subprocess.run([*nbctl_ssl, "init"], check=True)
+        use_northbound(ssl_repo, remote)
+        _set_ssl_config(ssl_repo, certs / "client.key", certs / "client.pem", certs / "ca.pem")
+        result = apply(tmp_path, ssl_repo)
+        assert result.returncode == 0, result.stdout + result.stderr
+        shown = subprocess.run([*nbctl_ssl, "show"], capture_output=True, text=True,
+                               check=True).stdout
+        assert "unet.acme.vm.web-1.0" in shown
+        assert_noop(tmp_path, ssl_repo)
+
+    # Nobody at the socket: a plain message, quickly, and no traceback.
+    missing = tmp_path / "nobody" / "nb.sock"
+    use_northbound(example_copy, f"unix:{missing}")
+    started = time.monotonic()
+    result = apply(tmp_path, example_copy)
+    assert result.returncode == 1
+    assert f"cannot reach the OVN Northbound database at unix:{missing}" in result.stderr
+    assert time.monotonic() - started < 30
+    result = plan(tmp_path, example_copy)
+    assert result.returncode == 1 and "cannot reach" in result.stderr
+
+
+# --- 9. the embedded database ---------------------------------------------------------------
+
+
+def _servers_under(folder: Path) -> list[int]:
+    """Running ovsdb-server processes whose command line names `folder`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if command and command[0].endswith(b"ovsdb-server") and \
+                any(str(folder).encode() in part for part in command) and \
+                _alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
+def test_embedded_database_is_kept_and_its_server_stopped(example_copy: Path,
+                                                          tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        _check_embedded(example_copy, work, tmp_path)
+    finally:  # whatever unet or this test left running under `work`, by pid
+        for pid in _servers_under(work):
+            stop_pid(pid)
+
+
+def _check_embedded(repo: Path, work: Path, tmp_path: Path) -> None:
+    state = work / ".unet" / "ovn"
+    result = apply(work, repo)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Apply complete" in result.stdout
+    assert (state / "ovnnb.db").stat().st_size > 10_000
+    assert _servers_under(work) == [], "the server unet started is stopped"
+    pidfile = state / "nb.pid"
+    if pidfile.exists():
+        assert not _alive(int(pidfile.read_text()))
+    assert not (state / "started-by-unet").exists()
+
+    # The database stays between runs: nothing to do the second time.
+    assert_noop(work, repo)
+    assert _servers_under(work) == []
+
+    # A server someone else started at that socket is used, and left running; with its
+    # pidfile where unet keeps its own, and elsewhere.
+    for their_pidfile, instance in ((state / "nb.pid", "web-5"),
+                                    (tmp_path / "theirs.pid", "web-6")):
+        subprocess.run(["ovsdb-server", str(state / "ovnnb.db"),
+                        f"--remote=punix:{state / 'nb.sock'}", f"--pidfile={their_pidfile}",
+                        f"--log-file={tmp_path / 'theirs.log'}",
+                        f"--unixctl={tmp_path / 'theirs.ctl'}", "--detach", "--no-chdir"],
+                       check=True, capture_output=True)
+        theirs = int(their_pidfile.read_text())
+        try:
+            add_instance(repo, instance)
+            result = apply(work, repo)
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert "Apply complete: 1 created" in result.stdout
+            assert _alive(theirs), "someone else's server was stopped"
+            assert _servers_under(work) == [theirs], "and unet started none of its own"
+            lsp = f"unet.acme.vm.{instance}.0"
+            assert lsp in subprocess.run(["ovn-nbctl", f"--db=unix:{state / 'nb.sock'}",
+                                          "show"], capture_output=True, text=True,
+                                         check=True).stdout
+        finally:
+            stop_pid(theirs)
+        (state / "nb.sock").unlink(missing_ok=True)
