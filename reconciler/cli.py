@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import commands
+from . import commands, reconcile
 from .diagnostics import codes_markdown
 from .errors import UnetError
 from .load import DEFAULT_MAX_FILE_BYTES
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="only repair drift; leave repo changes for a normal apply")
     _add_live_arguments(apply)
     apply.set_defaults(func=commands.apply)
-
+    reconcile.add_parser(commands_)
 
     schema = commands_.add_parser("schema", help="write the JSON Schemas of every kind")
     schema.add_argument("--out", type=Path, default=None,
