@@ -318,6 +318,15 @@ def test_drift_is_reported_and_repaired(lab: OvnLab, repo: Path, tmp_path: Path)
     lab.nbctl("--type=port-group", "acl-del", "unet.acme.prod.web", "to-lport", "1002",
               HTTPS_MATCH)
     _create_tagged_acl(lab)
+    # A copy of one of our rows, tags and all: one of the two goes.
+    [postgres] = [r for r in rows(lab.nb_remote, "ACL")
+                  if r["match"].startswith("outport == @unet.acme.prod.db && ip4 && ")
+                  and "tcp.dst == 5432" in r["match"]]
+    postgres_key = postgres["external_ids"]["unet:key"]
+    lab.nbctl("--", "--id=@a", "create", "ACL", "direction=to-lport", "priority=1002",
+              f'match="{postgres["match"]}"', "action=allow-related",
+              *[f'external_ids:"{k}"="{v}"' for k, v in postgres["external_ids"].items()],
+              "--", "add", "Port_Group", "unet.acme.prod.db", "acls", "@a")
 
     code, document = plan_json(tmp_path, repo)
     assert code == 2
@@ -327,6 +336,9 @@ def test_drift_is_reported_and_repaired(lab: OvnLab, repo: Path, tmp_path: Path)
     assert set(expected) <= set(document["drift"]), document["drift"]
     for uid, actions in expected.items():
         assert changes[uid]["actions"] == actions and changes[uid]["drift"] is True, uid
+    [copy] = [c for c in changes.values() if c["key"].startswith(f"{postgres_key}#duplicate")]
+    assert copy["actions"] == ["delete"] and copy["drift"] is True
+    assert changes[f"ovn:{postgres_key}"]["actions"] == ["no-op"]
     assert {"path": "fields.addresses.0", "before": "02:00:00:00:00:99 10.10.1.99",
             "after": web1["addresses"][0]} in changes[f"ovn:{WEB1_KEY}"]["changes"]
     # Every change is drift: the repo did not change since the last apply.
@@ -349,6 +361,8 @@ def test_drift_is_reported_and_repaired(lab: OvnLab, repo: Path, tmp_path: Path)
     assert [r["match"] for r in rows(lab.nb_remote, "ACL")].count(HTTPS_MATCH) == 1
     assert not [r for r in rows(lab.nb_remote, "ACL")
                 if r["external_ids"].get("unet:key") == HANDMADE_KEY]
+    assert [r["external_ids"].get("unet:key") for r in rows(lab.nb_remote, "ACL")].count(
+        postgres_key) == 1
     assert_noop(tmp_path, repo)
     lab.sync()
     assert northd_problems(lab) == []

@@ -220,17 +220,34 @@ def _write(column: Any, value: Any) -> Any:
 # --- observe --------------------------------------------------------------------------------
 
 
+def _our_rows(idl: Any, installation: str) -> Iterator[tuple[str, str, Any]]:
+    """(table, key, row) of the installation's rows.
+
+    Two rows with one key (copied by hand, say) would stop every plan: the first by
+    UUID keeps the key, the others get keys of their own that nothing desires, so
+    they are deleted.
+    """
+    seen: set[str] = set()
+    for table in MANAGED_COLUMNS:
+        found = [(row.external_ids[TAG_KEY], str(row.uuid), row)
+                 for row in idl.tables[table].rows.values()
+                 if row.external_ids.get(TAG_INSTALLATION) == installation
+                 and TAG_KEY in row.external_ids]
+        for key, uuid, row in sorted(found, key=lambda item: item[:2]):
+            yield table, key if key not in seen else f"{key}#duplicate-{uuid}", row
+            seen.add(key)
+
+
 def _observe(idl: Any, installation: str, manager: str) -> Observed:
     ours: dict[str, list[Any]] = {}
     foreign: dict[str, set[str]] = {}
     key_of: dict[Any, str] = {}
-    for table in MANAGED_COLUMNS:
+    for table, key, row in _our_rows(idl, installation):
+        ours.setdefault(table, []).append(row)
+        key_of[row.uuid] = key
+    for table in NAMED_TABLES:
         for row in idl.tables[table].rows.values():
-            tags = row.external_ids
-            if tags.get(TAG_INSTALLATION) == installation and TAG_KEY in tags:
-                ours.setdefault(table, []).append(row)
-                key_of[row.uuid] = tags[TAG_KEY]
-            elif table in NAMED_TABLES:
+            if row.uuid not in key_of:
                 foreign.setdefault(table, set()).add(row.name)
     parent_of: dict[Any, tuple[str, str]] = {}
     children: list[str] = []
@@ -260,8 +277,8 @@ def _object(idl: Any, table: str, row: Any, key_of: dict[Any, str],
             refs[column] = keys
     tags = dict(row.external_ids)
     meta = {k: v for k, v in tags.items() if k not in (TAG_INSTALLATION, TAG_OWNER, TAG_KEY)}
-    return BackendObject(manager, table, tags[TAG_KEY], tags.get(TAG_OWNER, ""), fields, refs,
-                         parent_of.get(row.uuid), frozenset(), meta)
+    return BackendObject(manager, table, key_of[row.uuid], tags.get(TAG_OWNER, ""), fields,
+                         refs, parent_of.get(row.uuid), frozenset(), meta)
 
 
 # --- apply ----------------------------------------------------------------------------------
@@ -285,11 +302,8 @@ class _RowIndex:
         """
         self.uuids.clear()
         self.pending.clear()
-        for table in MANAGED_COLUMNS:
-            for row in self.idl.tables[table].rows.values():
-                tags = row.external_ids
-                if tags.get(TAG_INSTALLATION) == self.installation and TAG_KEY in tags:
-                    self.uuids[tags[TAG_KEY]] = (table, row.uuid)
+        for table, key, row in _our_rows(self.idl, self.installation):
+            self.uuids[key] = (table, row.uuid)
 
     def get(self, key: str) -> Any:
         if key in self.pending:
