@@ -1,4 +1,4 @@
-"""Rendered Kubernetes objects against the upstream CRDs (../shared/reference/crds/).
+"""Rendered Kubernetes objects against the upstream CRDs (managers/kubernetes/crds/).
 
 Every object the kubernetes manager renders for the example repo must pass what the
 API server checks on create: ObjectMeta, the structural schema (jsonschema over
@@ -48,7 +48,7 @@ def test_crd_reference_files_are_there() -> None:
 def test_missing_crd_folder_is_a_clear_error(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UNET_CRD_DIR", str(tmp_path))
-    with pytest.raises(validate.CrdsMissing, match="shared/reference/crds"):
+    with pytest.raises(validate.CrdsMissing, match="managers/kubernetes/crds"):
         validate.crd_dir()
 
 

@@ -8,7 +8,7 @@ CRDs, namespaces, service accounts and RBAC objects (kind's admin is). Set up wi
     kind get kubeconfig --name unet > /tmp/unet-kind.kubeconfig
     UNET_TEST_KUBECONFIG=/tmp/unet-kind.kubeconfig .venv/bin/pytest tests/test_k8s_live.py
 
-The tests install the upstream CRDs from ../shared/reference/crds/ when missing
+The tests install the upstream CRDs from managers/kubernetes/crds/ when missing
 (no OVN-Kubernetes or MetalLB controller is needed: only the API), create the
 namespaces unet-system and metallb-system when missing, use an installation name of
 their own, and delete every object they made. Without UNET_TEST_KUBECONFIG they are

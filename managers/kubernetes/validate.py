@@ -12,8 +12,8 @@ Three layers, as the API server applies them to a custom resource:
    `containsIP`, `containsCIDR`, `masked`, `prefixLength`). Transition rules (those that
    mention `oldSelf`) run only when the old object is given, as on an update.
 
-The CRDs are read from the upstream copies in `../shared/reference/crds/` (beside the
-repository), or from the folder `UNET_CRD_DIR` names. This module is used by the tests
+The CRDs are read from the upstream copies shipped in `managers/kubernetes/crds/`
+(byte-for-byte, see SOURCES.md there), or from the folder `UNET_CRD_DIR` names. This module is used by the tests
 and by the contract-test API server; cel-python is a test dependency.
 """
 
@@ -32,7 +32,7 @@ import jsonschema
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CRD_DIR = REPO_ROOT.parent / "shared" / "reference" / "crds"
+DEFAULT_CRD_DIR = Path(__file__).resolve().parent / "crds"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -67,9 +67,8 @@ def crd_dir() -> Path:
     found = Path(os.environ.get("UNET_CRD_DIR") or DEFAULT_CRD_DIR)
     if not found.is_dir() or not any(found.glob("*.yaml")):
         raise CrdsMissing(
-            f"the upstream CRD reference files are not in {found}: they live in "
-            "shared/reference/crds/ beside the repository (set UNET_CRD_DIR to use another "
-            "folder)")
+            f"the upstream CRD reference files are not in {found}; unet ships them in "
+            "managers/kubernetes/crds/ (set UNET_CRD_DIR to use another folder)")
     return found
 
 

@@ -5,6 +5,13 @@ ever changed or deleted. Rows of non-root tables are added to and removed from
 their parent's column; OVSDB drops them when no parent holds them, so nothing
 can be orphaned. A wave of steps is one transaction (large waves are split);
 every transaction's result is checked.
+
+Speed: the ovsdbapp connection (leader handling, the lock, transactions) starts
+with conditions that match none of the managed tables' rows, so connecting
+costs nothing; it loads this installation's rows, and only the columns unet
+uses, when there is something to apply. Observing reads the same rows with one
+OVSDB `select` on the server the connection uses, decoded straight from JSON:
+the IDL's per-value conversions would cost ten times as much for a no-op run.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ovs import jsonrpc
+from ovs import stream as ovs_stream
 from ovsdbapp.backend.ovs_idl import connection, idlutils
 from ovsdbapp.backend.ovs_idl.transaction import Transaction
 
@@ -71,16 +80,20 @@ class Northbound:
         except Exception as exc:  # ovsdbapp raises a bare Exception when it cannot connect
             raise OvnError(f"cannot reach the OVN Northbound database at {remote}: {exc}") \
                 from exc
-        for table in TABLES:
-            helper.register_table(table)
+        for table, columns in _COLUMNS.items():
+            helper.register_columns(table, list(columns))
+        helper.register_table("NB_Global")
         self.idl = connection.OvsdbIdl(remote, helper, leader_only=True)
+        for table in MANAGED_COLUMNS:
+            self.idl.cond_change(table, [False])  # rows come when there is work: _load_rows
+        self.idl.cooperative_yield = lambda: None  # type: ignore[method-assign]
         self.conn = connection.Connection(self.idl, timeout)
         try:
             self.conn.start()
         except Exception as exc:
             raise OvnError(f"cannot sync with the OVN Northbound database at {remote}: "
                            f"{exc}") from exc
-        self.idl.cooperative_yield = lambda: time.sleep(0)  # type: ignore[method-assign]
+        self.rows: _RowIndex | None = None
 
     def close(self) -> None:
         self.conn.stop(timeout=5)
@@ -88,15 +101,43 @@ class Northbound:
     # -- observe ----------------------------------------------------------------------------
     def observe(self, installation: str, manager: str) -> Observed:
         with self.conn.lock:
-            return _observe(self.idl, installation, manager)
+            remote = self.idl._session.get_name()  # the server the connection chose (leader)
+        operations = [_select(table, installation, True) for table in MANAGED_COLUMNS]
+        operations += [_select(table, installation, False) for table in NAMED_TABLES]
+        results = _transact(remote, operations, self.timeout)
+        ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
+        names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
+        return _observe(self.idl, ours, names, manager)
 
     # -- apply ------------------------------------------------------------------------------
+    def _load_rows(self, installation: str) -> _RowIndex:
+        """Monitor this installation's rows from now on (the first apply waits for them)."""
+        if self.rows is None:
+            condition = [["external_ids", "includes",
+                          ["map", [[TAG_INSTALLATION, installation]]]]]
+            with self.conn.lock:
+                for table in MANAGED_COLUMNS:
+                    self.idl.cond_change(table, condition)
+            self.conn.txns.alert_notify()
+            deadline = time.monotonic() + self.timeout
+            while True:
+                with self.conn.lock:  # the server acks a condition after sending its rows
+                    if all(self.idl.tables[t].condition_state.acked == condition
+                           for t in MANAGED_COLUMNS):
+                        break
+                if time.monotonic() > deadline:
+                    raise OvnError("the Northbound database did not send our rows in time")
+                time.sleep(0.01)
+            with self.conn.lock:
+                self.rows = _RowIndex(self.idl, installation)
+        return self.rows
+
     def apply(self, waves: Sequence[Sequence[Step]], changes: dict[str, Change],
               installation: str, progress: Callable[[int, int], None]) -> dict[str, int]:
         counts = {"create": 0, "update": 0, "delete": 0}
         done = 0
         total = sum(len(w) for w in waves)
-        rows = _RowIndex(self.idl, installation)
+        rows = self._load_rows(installation)
         for wave in waves:
             for chunk in _chunks(list(wave), MAX_ROWS_PER_TRANSACTION):
                 command = _WaveCommand(chunk, changes, rows, installation)
@@ -195,19 +236,6 @@ def _chunks(items: list[Step], size: int) -> Iterator[list[Step]]:
 # --- values ---------------------------------------------------------------------------------
 
 
-def _read(row: Any, column: Any) -> Any:
-    """A column value as the renderers write it: None, scalar, sorted list or dict."""
-    value = getattr(row, column.name)
-    kind = column.type
-    if kind.is_map():
-        return {str(k): v for k, v in sorted(value.items())}
-    if kind.is_optional():
-        return value[0] if value else None
-    if kind.is_set():
-        return sorted(value)
-    return value
-
-
 def _write(column: Any, value: Any) -> Any:
     kind = column.type
     if kind.is_map():
@@ -218,6 +246,45 @@ def _write(column: Any, value: Any) -> Any:
 
 
 # --- observe --------------------------------------------------------------------------------
+
+
+# Columns read and written per table: the managed ones, the tags, parents' and references.
+_COLUMNS: dict[str, tuple[str, ...]] = {
+    table: tuple(dict.fromkeys((*columns, "external_ids", *PARENT_COLUMNS.get(table, ()),
+                                *REF_COLUMNS.get(table, ()))))
+    for table, columns in MANAGED_COLUMNS.items()
+}
+
+
+def _select(table: str, installation: str, ours: bool) -> dict[str, Any]:
+    """Our rows with the columns unet uses, or the names of everyone else's rows."""
+    tag = ["external_ids", "includes" if ours else "excludes",
+           ["map", [[TAG_INSTALLATION, installation]]]]
+    return {"op": "select", "table": table, "where": [tag],
+            "columns": ["_uuid", *_COLUMNS[table]] if ours else ["_uuid", "name"]}
+
+
+def _transact(remote: str, operations: list[dict[str, Any]], timeout: float) -> list[Any]:
+    """One OVSDB transaction on a connection of its own; the rows of each select."""
+    error, connection_stream = ovs_stream.Stream.open_block(
+        ovs_stream.Stream.open(remote), int(timeout * 1000))
+    if error:
+        raise OvnError(f"cannot reach the OVN Northbound database at {remote}: "
+                       f"{os.strerror(error)}")
+    rpc = jsonrpc.Connection(connection_stream)
+    try:
+        request = jsonrpc.Message.create_request("transact", ["OVN_Northbound", *operations])
+        error, reply = rpc.transact_block(request)
+    finally:
+        rpc.close()
+    if error or reply is None or reply.error is not None:
+        why = os.strerror(error) if error else (reply.error if reply else "no reply")
+        raise OvnError(f"reading the OVN Northbound database failed: {why}")
+    results = reply.result
+    problems = [r["error"] for r in results if isinstance(r, dict) and "error" in r]
+    if problems:
+        raise OvnError(f"reading the OVN Northbound database failed: {problems[0]}")
+    return [r["rows"] for r in results]
 
 
 def _our_rows(idl: Any, installation: str) -> Iterator[tuple[str, str, Any]]:
@@ -238,47 +305,83 @@ def _our_rows(idl: Any, installation: str) -> Iterator[tuple[str, str, Any]]:
             seen.add(key)
 
 
-def _observe(idl: Any, installation: str, manager: str) -> Observed:
-    ours: dict[str, list[Any]] = {}
-    foreign: dict[str, set[str]] = {}
-    key_of: dict[Any, str] = {}
-    for table, key, row in _our_rows(idl, installation):
-        ours.setdefault(table, []).append(row)
-        key_of[row.uuid] = key
-    for table in NAMED_TABLES:
-        for row in idl.tables[table].rows.values():
-            if row.uuid not in key_of:
-                foreign.setdefault(table, set()).add(row.name)
-    parent_of: dict[Any, tuple[str, str]] = {}
+def _observe(idl: Any, ours: dict[str, list[dict[str, Any]]],
+             names: dict[str, list[dict[str, Any]]], manager: str) -> Observed:
+    """Backend objects from the rows of a `select` (OVSDB's JSON, decoded here)."""
+    key_of = _keys(ours)
+    parent_of: dict[str, tuple[str, str]] = {}
     children: list[str] = []
     for table, columns in PARENT_COLUMNS.items():
-        for row in ours.get(table, ()):
+        for row in ours[table]:
+            uuid = row["_uuid"][1]
             for column in columns:
-                for child in getattr(row, column):
-                    parent_of[child.uuid] = (key_of[row.uuid], column)
-                    if child.uuid not in key_of and child._table.name not in NAMED_TABLES:
-                        children.append(f"{child._table.name} {child.uuid} in {table} "
-                                        f"{row.name}")
+                child_table = idl.tables[table].columns[column].type.key.ref_table_name
+                for child in _atoms(row[column]):
+                    parent_of[child] = (key_of[uuid], column)
+                    if child not in key_of and child_table not in NAMED_TABLES:
+                        children.append(f"{child_table} {child} in {table} {row.get('name')}")
     objects = [_object(idl, table, row, key_of, parent_of, manager)
-               for table, rows in sorted(ours.items()) for row in rows]
+               for table in sorted(ours) for row in ours[table] if row["_uuid"][1] in key_of]
+    foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
     return Observed(objects, foreign, sorted(children))
 
 
-def _object(idl: Any, table: str, row: Any, key_of: dict[Any, str],
-            parent_of: dict[Any, tuple[str, str]], manager: str) -> BackendObject:
+def _keys(ours: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """Row UUID → key. Two rows with one key (copied by hand, say) would stop every plan:
+    the first by UUID keeps the key, the others get keys nothing desires, so they go."""
+    key_of: dict[str, str] = {}
+    seen: set[str] = set()
+    for table in MANAGED_COLUMNS:
+        found = sorted((_tags(row).get(TAG_KEY), row["_uuid"][1]) for row in ours[table])
+        for key, uuid in found:
+            if key is None:
+                continue
+            key_of[uuid] = key if key not in seen else f"{key}#duplicate-{uuid}"
+            seen.add(key)
+    return key_of
+
+
+def _object(idl: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
+            parent_of: dict[str, tuple[str, str]], manager: str) -> BackendObject:
     schema = idl.tables[table].columns
-    fields = {name: _read(row, schema[name]) for name in MANAGED_COLUMNS[table]}
+    uuid = row["_uuid"][1]
+    fields = {name: _decode(row[name], schema[name].type) for name in MANAGED_COLUMNS[table]}
     refs = {}
     for column in REF_COLUMNS.get(table, ()):
-        targets = getattr(row, column)
-        targets = targets if isinstance(targets, list) else [targets]
-        keys = tuple(sorted(key_of.get(t.uuid, f"foreign:{t.uuid}") for t in targets if t))
+        keys = tuple(sorted(key_of.get(t, f"foreign:{t}") for t in _atoms(row[column])))
         if keys:
             refs[column] = keys
-    tags = dict(row.external_ids)
+    tags = _tags(row)
     meta = {k: v for k, v in tags.items() if k not in (TAG_INSTALLATION, TAG_OWNER, TAG_KEY)}
-    return BackendObject(manager, table, key_of[row.uuid], tags.get(TAG_OWNER, ""), fields,
-                         refs, parent_of.get(row.uuid), frozenset(), meta)
+    return BackendObject(manager, table, key_of[uuid], tags.get(TAG_OWNER, ""), fields, refs,
+                         parent_of.get(uuid), frozenset(), meta)
+
+
+def _tags(row: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in row["external_ids"][1]}
+
+
+def _atom(value: Any) -> Any:
+    return value[1] if isinstance(value, list) else value  # ["uuid", "..."] → "..."
+
+
+def _atoms(value: Any) -> list[Any]:
+    """Elements of a set as OVSDB sends it: ["set", [...]], or a lone element."""
+    if isinstance(value, list) and value and value[0] == "set":
+        return [_atom(v) for v in value[1]]
+    return [_atom(value)]
+
+
+def _decode(value: Any, kind: Any) -> Any:
+    """A column value as the renderers write it: None, scalar, sorted list or dict."""
+    if kind.is_map():
+        return {str(_atom(k)): _atom(v) for k, v in sorted(value[1])}
+    if kind.is_optional():
+        atoms = _atoms(value)
+        return atoms[0] if atoms else None
+    if kind.is_set():
+        return sorted(_atoms(value))
+    return _atom(value)
 
 
 # --- apply ----------------------------------------------------------------------------------
