@@ -18,8 +18,12 @@ test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
+# The benchmark (docs/performance.md): 100, 1,000 and 3,000 tenants; BENCH_ARGS for more
+# (e.g. BENCH_ARGS="--sizes 100,1000 --work /tmp/unet-bench --markdown figures.md").
 bench: setup
-	$(BIN)/python -m reconciler.bench
+	@$(BIN)/python -c "import check_jsonschema, pyinstrument" 2>/dev/null || \
+		$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	$(BIN)/python -m reconciler.bench $(BENCH_ARGS)
 
 schemas: setup
 	$(BIN)/unet schema

@@ -76,7 +76,11 @@ def managers_of(model: Model, only: Iterable[str] | None = None,
                 resolve: bool = False) -> dict[str, Any]:
     """One plugin instance per NetworkManager of the model (or of those named in `only`)."""
     plugins = installed_plugins()
-    wanted = set(only) if only else None
+    wanted = set(only) if only is not None else None
+    known = {m.name for m in model.kind("NetworkManager")}
+    if wanted is not None and wanted - known:
+        raise ConfigError(f"no NetworkManager named {', '.join(sorted(wanted - known))}; the "
+                          f"repo has {', '.join(sorted(known)) or 'none'}")
     out = {}
     for manager in model.kind("NetworkManager"):
         if wanted is not None and manager.name not in wanted:
@@ -139,7 +143,7 @@ def plan_live(head: Validation, managers: dict[str, Any], observed: list[Backend
     `applied` is, per manager, the digest of the desired state it last applied; when
     the desired state is still that one, every difference is drift.
     """
-    desired = render_desired(head, observed, only=managers)
+    desired = render_desired(head, observed, only=list(managers))
     prune = bool(desired.model.config.prune)
     changes = diff(index_objects(desired.objects), index_objects(observed), prune)
     head_manifests = {m.ref: m for m in head.manifests}

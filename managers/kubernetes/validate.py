@@ -13,8 +13,8 @@ Three layers, as the API server applies them to a custom resource:
    mention `oldSelf`) run only when the old object is given, as on an update.
 
 The CRDs are read from the upstream copies shipped in `managers/kubernetes/crds/`
-(byte-for-byte, see SOURCES.md there), or from the folder `UNET_CRD_DIR` names. This module is used by the tests
-and by the contract-test API server; cel-python is a test dependency.
+(byte-for-byte, see SOURCES.md there), or from the folder `UNET_CRD_DIR` names. This
+module is used by the tests and by the contract-test API server; cel-python is a test dependency.
 """
 
 from __future__ import annotations
