@@ -8,6 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import commands, reconcile
 from .diagnostics import codes_markdown
@@ -49,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands_.add_parser("validate", help="check a network repo; every problem at once")
     _add_repo_arguments(validate)
     validate.add_argument("--format", choices=("human", "json", "github"), default="human")
+    validate.add_argument("--no-cache", action="store_true",
+                          help="do not use or write the result cache under .unet/cache/")
     validate.set_defaults(func=_cmd_validate)
 
     plan = commands_.add_parser("plan", help="show what applying the repo would change")
@@ -123,21 +126,38 @@ def _display_prefix(path: Path, base: Path) -> str:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from .report import render_github, render_human, render_json, summarize, use_colour
-    from .validate import validate_repo
 
-    result = validate_repo(args.path, args.rev, args.max_file_size)
-    summary = summarize(result.diagnostics, result.files, len(result.documents))
+    diagnostics, files, documents = _validated(args)
+    summary = summarize(diagnostics, files, documents)
     out = sys.stdout
     if args.format == "json":
-        render_json(result.diagnostics, summary, out, _display_prefix(args.path, Path.cwd()))
+        render_json(diagnostics, summary, out, _display_prefix(args.path, Path.cwd()))
     elif args.format == "github":
         base = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd())
-        render_github(result.diagnostics, summary, out, _display_prefix(args.path, base),
+        render_github(diagnostics, summary, out, _display_prefix(args.path, base),
                       os.environ.get("GITHUB_STEP_SUMMARY"))
     else:
-        render_human(result.diagnostics, summary, out, _display_prefix(args.path, Path.cwd()),
+        render_human(diagnostics, summary, out, _display_prefix(args.path, Path.cwd()),
                      use_colour(out))
-    return EXIT_OK if result.ok else EXIT_ERROR
+    return EXIT_ERROR if summary.errors else EXIT_OK
+
+
+def _validated(args: argparse.Namespace) -> tuple[list[Any], int, int]:
+    """Diagnostics, files and documents of the repo; from the cache when nothing changed."""
+    from .cache import ValidationCache, inputs_digest
+    from .validate import repo_files, validate_files
+
+    items = list(repo_files(args.path, args.rev, args.max_file_size))
+    cache = None if args.no_cache else ValidationCache(
+        Path(os.environ.get("UNET_CACHE_DIR") or Path.cwd() / ".unet" / "cache"))
+    key = inputs_digest(items, args.max_file_size) if cache else ""
+    hit = cache.lookup(key) if cache else None
+    if hit is not None:
+        return hit["diagnostics"], hit["files"], hit["documents"]
+    result = validate_files(iter(items), args.max_file_size)
+    if cache:
+        cache.store(key, result.diagnostics, result.files, len(result.documents))
+    return result.diagnostics, result.files, len(result.documents)
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

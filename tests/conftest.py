@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _validation_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep the validation cache out of the working tree while tests run."""
+    os.environ["UNET_CACHE_DIR"] = str(tmp_path_factory.mktemp("unet-cache"))
 EXAMPLE = ROOT / "examples" / "network-repo"
 
 
