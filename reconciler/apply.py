@@ -44,9 +44,15 @@ class ApplyResult:
 
 
 @contextlib.contextmanager
-def session(managers: dict[str, Any], workdir: Path, lock_timeout: float) -> Iterator[None]:
-    """Connected to every manager's backend and holding every manager's lock."""
+def session(managers: dict[str, Any], workdir: Path, lock_timeout: float,
+            readers: dict[str, Any] | None = None) -> Iterator[None]:
+    """Connected to every manager's backend and holding every manager's lock.
+
+    `readers` are only connected: observed for their allocations, never changed.
+    """
     with contextlib.ExitStack() as stack:
+        for name in sorted(readers or {}):
+            stack.enter_context(readers[name].connect(workdir))  # type: ignore[index]
         for name in sorted(managers):
             stack.enter_context(managers[name].connect(workdir))
         for name in sorted(managers):

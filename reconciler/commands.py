@@ -21,7 +21,7 @@ from .apply import (
     session,
 )
 from .model import Model
-from .pipeline import managers_of, plan_between, plan_live
+from .pipeline import allocation_readers, managers_of, plan_between, plan_live
 from .plan import Plan, PlanFormatError, check_format, dumps, plan_to_json, restrict_to
 from .plan_render import render_markdown, render_text
 from .progress import Progress
@@ -70,10 +70,12 @@ def plan(args: argparse.Namespace) -> int:
     head = _validated_head(args.path, args.rev, args.max_file_size)
     if head is None:
         return EXIT_ERROR
-    managers = managers_of(Model(head.context), args.manager, resolve=True)  # type: ignore
+    model = Model(head.context)  # type: ignore[arg-type]
+    managers = managers_of(model, args.manager, resolve=True)
+    readers = allocation_readers(model, managers)
     inputs = {"head": revision_info(args.path, args.rev)}
-    with session(managers, Path.cwd(), args.lock_timeout):
-        result = _plan_live(head, managers, inputs, args.refresh_only)
+    with session(managers, Path.cwd(), args.lock_timeout, readers):
+        result = _plan_live(head, managers, inputs, args.refresh_only, readers)
         unmanaged = _unmanaged(managers) if args.show_unmanaged else None
         reports = _reports(managers, result.changes)
     return _finish_plan(result, args, unmanaged, reports)
@@ -94,10 +96,11 @@ def _plan_between(args: argparse.Namespace) -> int:
 
 
 def _plan_live(head: Validation, managers: dict[str, Any], inputs: dict[str, Any],
-               refresh_only: bool) -> Plan:
+               refresh_only: bool, readers: dict[str, Any] | None = None) -> Plan:
     observed = observe_all(managers)
     applied = {name: m.applied_digest() for name, m in managers.items()}
-    result = plan_live(head, managers, observed, inputs, applied)
+    result = plan_live(head, managers, observed, inputs, applied,
+                       observe_all(readers or {}))
     result.diagnostics += [d for d in head.diagnostics if not d.is_error]
     return restrict_to(result, result.drift_ids) if refresh_only else result
 
@@ -181,10 +184,12 @@ def _apply_repo(args: argparse.Namespace) -> int:
     head = _validated_head(args.target, args.rev, args.max_file_size)
     if head is None:
         return EXIT_ERROR
-    managers = managers_of(Model(head.context), args.manager, resolve=True)  # type: ignore
+    model = Model(head.context)  # type: ignore[arg-type]
+    managers = managers_of(model, args.manager, resolve=True)
+    readers = allocation_readers(model, managers)
     inputs = {"head": revision_info(args.target, args.rev)}
-    with session(managers, Path.cwd(), args.lock_timeout):
-        result = _plan_live(head, managers, inputs, args.refresh_only)
+    with session(managers, Path.cwd(), args.lock_timeout, readers):
+        result = _plan_live(head, managers, inputs, args.refresh_only, readers)
         document = plan_to_json(result)
         print_plan(document, "text")
         _print_reports(_reports(managers, result.changes))

@@ -93,6 +93,18 @@ def managers_of(model: Model, only: Iterable[str] | None = None,
     return out
 
 
+def allocation_readers(model: Model, managers: dict[str, Any]) -> dict[str, Any]:
+    """Fabric managers not selected whose allocations selected k8s managers use.
+
+    A k8s manager's segment ids are the ones its classes' fabric manager allocated:
+    that manager is observed too (never locked or changed), so that both agree.
+    """
+    names = {cls.obj.spec.fabric_manager for cls in model.kind("NetworkClass")
+             if cls.obj.spec.k8s_manager in managers and cls.obj.spec.fabric_manager}
+    names -= set(managers)
+    return managers_of(model, names, resolve=True) if names else {}
+
+
 def render_desired(validation: Validation, observed: list[BackendObject],
                    new_are_unknown: bool = False, only: Iterable[str] | None = None) -> Desired:
     assert validation.context is not None
@@ -137,13 +149,15 @@ def plan_between(base: Validation | None, head: Validation, inputs: dict[str, An
 
 
 def plan_live(head: Validation, managers: dict[str, Any], observed: list[BackendObject],
-              inputs: dict[str, Any], applied: dict[str, str | None]) -> Plan:
+              inputs: dict[str, Any], applied: dict[str, str | None],
+              hints: Iterable[BackendObject] = ()) -> Plan:
     """Against the backends: `observed` is what the managers hold now.
 
     `applied` is, per manager, the digest of the desired state it last applied; when
-    the desired state is still that one, every difference is drift.
+    the desired state is still that one, every difference is drift. `hints` are
+    objects of other managers, read only for the allocations they record.
     """
-    desired = render_desired(head, observed, only=list(managers))
+    desired = render_desired(head, [*observed, *hints], only=list(managers))
     prune = bool(desired.model.config.prune)
     changes = diff(index_objects(desired.objects), index_objects(observed), prune)
     head_manifests = {m.ref: m for m in head.manifests}

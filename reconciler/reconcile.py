@@ -231,7 +231,7 @@ class Reconciler:
         from .commands import _plan_live, _record  # the flow of `unet plan` / `unet apply`
         from .diff import NOOP
         from .model import Model
-        from .pipeline import managers_of
+        from .pipeline import allocation_readers, managers_of
         from .plan import plan_to_json, restrict_to
         from .validate import revision_info, validate_repo
 
@@ -248,13 +248,14 @@ class Reconciler:
         run.mode = str(model.config.reconcile)
         run.resources = dict(sorted(Counter(m.kind for m in head.manifests).items()))
         managers = managers_of(model, self.options.managers, resolve=True)
+        readers = allocation_readers(model, managers)
         inputs = {"head": revision_info(folder, rev)}
         entered = False
         try:
-            with session(managers, self.options.workdir, self.options.lock_timeout):
+            with session(managers, self.options.workdir, self.options.lock_timeout, readers):
                 entered = True
                 run.locked_at = time.time()
-                plan = _plan_live(head, managers, inputs, False)
+                plan = _plan_live(head, managers, inputs, False, readers)
                 document = plan_to_json(plan)
                 self.last_plan = document
                 run.counts, run.row_counts = plan.counts, plan.row_counts

@@ -602,3 +602,36 @@ def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) 
         for cudn in cluster.objects(CUDNS):
             owner = cudn["metadata"]["annotations"]["network.osac.io/owner"]
             assert cudn["spec"]["network"]["localnet"]["vlan"]["access"]["id"] == tags[owner]
+
+
+def test_contract_kubernetes_alone_reads_the_segments_ovn_allocated(env: Env) -> None:
+    """--manager kubernetes alone still takes each subnet's segment id from OVN's row."""
+    from managers.ovn import OvnManager
+
+    network = env.repo / "tenants" / "acme" / "network.yaml"
+    code, _out, err = env.unet("apply", str(env.repo), "--manager", "ovn", "--auto-approve")
+    assert code == 0, err
+    # A new subnet, sorting first: allocated alone, it would take the lowest segment id.
+    network.write_text(network.read_text() + """---
+apiVersion: network.osac.io/v1alpha1
+kind: Subnet
+metadata:
+  name: aaa
+spec:
+  virtualNetwork: prod
+  ipv4Cidr: 10.10.200.0/24
+""")
+    code, _out, err = env.unet("apply", str(env.repo), "--manager", "ovn", "--auto-approve")
+    assert code == 0, err
+    code, _out, err = env.apply()  # --manager kubernetes only
+    assert code == 0, err
+    ovn = OvnManager("ovn", {"northbound": "embedded"}, "example")
+    with ovn.connect(env.tmp):
+        tags = {o.owner: o.fields["tag_request"] for o in ovn.observe()
+                if o.table == "Logical_Switch_Port" and o.key.endswith("/localnet")
+                and o.owner.startswith("Subnet/")}
+    assert tags["Subnet/acme/aaa"] != min(tags.values())
+    for cluster in env.clusters.values():
+        for cudn in cluster.objects(CUDNS):
+            owner = cudn["metadata"]["annotations"]["network.osac.io/owner"]
+            assert cudn["spec"]["network"]["localnet"]["vlan"]["access"]["id"] == tags[owner]
