@@ -30,7 +30,8 @@ class Allocation:
 @dataclass
 class Allocations:
     values: dict[str, Allocation] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)  # e.g. a subnet with no free address
+    # (code, message): what could not be allocated, e.g. a subnet with no free address
+    problems: list[tuple[str, str]] = field(default_factory=list)
 
     def get(self, key: str) -> Allocation | None:
         return self.values.get(key)
@@ -125,8 +126,9 @@ class _Allocator:
                 free = next((s for s in range(seg_range.start, seg_range.end + 1)
                              if s not in used), None)
                 if free is None:
-                    self.out.problems.append(f"no free segment id for {subnet.ref} in "
-                                             f"{seg_range.start}-{seg_range.end}")
+                    self.out.problems.append(("SEGMENT_RANGE_EXHAUSTED",
+                                              f"no free segment id for {subnet.ref} in "
+                                              f"{seg_range.start}-{seg_range.end}"))
                     continue
                 used.add(free)
                 self._new(segment_key(subnet.tenant, subnet.name), str(free))
@@ -198,17 +200,8 @@ class _Allocator:
         block = space.vip_block
         vip_ranges = [block] if block is not None else space.ranges
         for keys, ranges, skip in ((wanted, space.ranges, block), (vip_keys, vip_ranges, None)):
-            cursor = _FreeAddresses(ranges, taken, skip)
-            for key in keys:
-                if key in self.out.values:
-                    continue
-                value = cursor.next()
-                if value is None:
-                    self.out.problems.append(f"subnet {subnet.ref} has no free "
-                                             f"IPv{version} address for {key}")
-                    continue
-                taken.add(value)
-                self._new(key, str(netaddr.IPAddress(value, version)))
+            self._hand_out(keys, _FreeAddresses(ranges, taken, skip), taken, version,
+                           f"subnet {subnet.ref}")
 
     def _vips(self, subnet: Manifest, version: int) -> list[tuple[str, str | None]]:
         out: list[tuple[str, str | None]] = []
@@ -263,14 +256,21 @@ class _Allocator:
                 taken.add(value)
                 self._keep(key, str(netaddr.IPAddress(value, version)))
         taken |= self._held_elsewhere(("external", version), space, {k for k, _f in wanted})
-        cursor = _FreeAddresses(space.ranges, taken, None)
-        for key, _fixed in wanted:
+        self._hand_out([k for k, _f in wanted], _FreeAddresses(space.ranges, taken, None),
+                       taken, version, f"ExternalIPPool {pool_name}")
+
+    def _hand_out(self, keys: list[str], free: _FreeAddresses, taken: set[int], version: int,
+                  where: str) -> None:
+        """The lowest free address to each key that has none yet."""
+        for key in keys:
             if key in self.out.values:
                 continue
-            value = cursor.next()
+            value = free.next()
             if value is None:
-                self.out.problems.append(f"ExternalIPPool {pool_name} has no free address "
-                                         f"for {key}")
+                code = "POOL_EXHAUSTED" if where.startswith("ExternalIPPool") \
+                    else "SUBNET_TOO_SMALL"
+                self.out.problems.append((code, f"{where} has no free IPv{version} address "
+                                                f"for {key}"))
                 continue
             taken.add(value)
             self._new(key, str(netaddr.IPAddress(value, version)))

@@ -192,6 +192,11 @@ CODES: dict[str, CodeInfo] = {
         _E,
         "a backend object not managed by this installation already uses the name",
     ),
+    "SEGMENT_RANGE_EXHAUSTED": CodeInfo(
+        "Between two revisions (PR mode) and at plan time",
+        _E,
+        "a class's segmentRange has no free segment id for a new subnet",
+    ),
     "STALE_PLAN": CodeInfo(
         "Between two revisions (PR mode) and at plan time",
         _E,

@@ -144,6 +144,7 @@ def plan_between(base: Validation | None, head: Validation, inputs: dict[str, An
     head_manifests = {m.ref: m for m in head.manifests}
     resources, diagnostics = _resources(changes, base_manifests, head_manifests, prune)
     diagnostics += _safety(changes, desired, observed, base_manifests, head_manifests)
+    diagnostics += _allocation_problems(desired)
     return build_plan("pr", desired.model.installation, inputs, changes, observed, resources,
                       diagnostics)
 
@@ -166,6 +167,7 @@ def plan_live(head: Validation, managers: dict[str, Any], observed: list[Backend
                    for r in resources if r.reason.startswith("kept")]
     diagnostics += _safety(changes, desired, observed, {}, head_manifests)
     diagnostics += _conflicts(managers, changes, head_manifests)
+    diagnostics += _allocation_problems(desired)
     unchanged = all(applied.get(name) == desired_digest(
         [o for o in desired.objects if o.manager == name]) for name in managers)
     plan = build_plan("live", desired.model.installation, inputs, changes, observed, resources,
@@ -190,6 +192,13 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest]) -> list[Re
             reason = "kept: removed from the repo, but prune is off"
         out.append(ResourcePlan(address, actions, reason, owned))
     return out
+
+
+def _allocation_problems(desired: Desired) -> list[Diagnostic]:
+    """What could not be allocated: the plan cannot be applied."""
+    return [Diagnostic(code, message, hint="make room (a larger range or subnet, fewer "
+                                           "consumers) and plan again")
+            for code, message in desired.allocations.problems]
 
 
 def _conflicts(managers: dict[str, Any], changes: list[Change],
