@@ -31,7 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .ovnlab import OvnLab, _alive
+from reconciler.processes import process_alive
+
+from .ovnlab import OvnLab
 
 VSWITCH_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 TOOLS = ("ovsdb-server", "ovsdb-tool", "ovs-vswitchd", "ovs-vsctl", "ovs-appctl",
@@ -125,7 +127,7 @@ def _run(command: list[str], timeout: float = 30, check: bool = True,
 
 def _wait_dead(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while process_alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
@@ -370,7 +372,7 @@ class Chassis:
 
     def _exit_vswitchd(self) -> None:
         pid = self.pid("vswitchd")
-        if pid is not None and _alive(pid):
+        if pid is not None and process_alive(pid):
             # --cleanup removes br-int and ovs-netdev from the datapath before exiting.
             _run(["ovs-appctl", "-t", str(self.root / "vswitchd.ctl"), "exit", "--cleanup"],
                  timeout=10)
@@ -380,7 +382,7 @@ class Chassis:
         pid = self.pid(name)
         if pid is None:
             return
-        if _alive(pid):
+        if process_alive(pid):
             os.kill(pid, signal.SIGTERM)
             if not _wait_dead(pid, 5):
                 os.kill(pid, signal.SIGKILL)

@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from reconciler.processes import process_alive
+
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
 SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"
 TOOLS = ("ovsdb-server", "ovsdb-tool", "ovn-northd", "ovn-nbctl", "ovn-sbctl", "ovn-trace")
@@ -26,13 +28,6 @@ def require_ovn() -> None:
         raise RuntimeError(f"OVN is not installed (missing: {', '.join(missing)}); "
                            "run `make test`, which installs ovn-central and ovn-common")
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 class OvnLab:
@@ -93,10 +88,10 @@ class OvnLab:
             pid = int(pidfile.read_text())
         except (OSError, ValueError):
             return
-        if _alive(pid):
+        if process_alive(pid):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 5
-        while _alive(pid) and time.monotonic() < deadline:
+        while process_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         pidfile.unlink(missing_ok=True)
         if name in ("nb", "sb"):

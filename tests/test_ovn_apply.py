@@ -27,8 +27,10 @@ from typing import Any
 
 import pytest
 
+from reconciler.processes import process_alive
+
 from .conftest import ROOT, use_northbound
-from .ovnlab import NB_SCHEMA, OvnLab, _alive
+from .ovnlab import NB_SCHEMA, OvnLab
 
 INSTALLATION = "example"
 ROOT_TABLES = ("Logical_Switch", "Logical_Router", "Port_Group", "Address_Set", "DHCP_Options")
@@ -754,12 +756,12 @@ def ovsdb_server(folder: Path, remote: str, *options: str) -> Iterator[Path]:
 
 def stop_pid(pid: int) -> None:
     """SIGTERM, then wait; a zombie counts as stopped (PID 1 here reaps late)."""
-    if _alive(pid):
+    if process_alive(pid):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
+    while process_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert not _alive(pid), f"pid {pid} does not stop"
+    assert not process_alive(pid), f"pid {pid} does not stop"
 
 
 def _listening_port(log: Path) -> int:
@@ -859,7 +861,7 @@ def _servers_under(folder: Path) -> list[int]:
             continue
         if command and command[0].endswith(b"ovsdb-server") and \
                 any(str(folder).encode() in part for part in command) and \
-                _alive(int(entry.name)):
+                process_alive(int(entry.name)):
             out.append(int(entry.name))
     return out
 
@@ -884,7 +886,7 @@ def _check_embedded(repo: Path, work: Path, tmp_path: Path) -> None:
     assert _servers_under(work) == [], "the server unet started is stopped"
     pidfile = state / "nb.pid"
     if pidfile.exists():
-        assert not _alive(int(pidfile.read_text()))
+        assert not process_alive(int(pidfile.read_text()))
     assert not (state / "started-by-unet").exists()
 
     # The database stays between runs: nothing to do the second time.
@@ -906,7 +908,7 @@ def _check_embedded(repo: Path, work: Path, tmp_path: Path) -> None:
             result = apply(work, repo)
             assert result.returncode == 0, result.stdout + result.stderr
             assert "Apply complete: 1 created" in result.stdout
-            assert _alive(theirs), "someone else's server was stopped"
+            assert process_alive(theirs), "someone else's server was stopped"
             assert _servers_under(work) == [theirs], "and unet started none of its own"
             lsp = f"unet.acme.vm.{instance}.0"
             assert lsp in subprocess.run(["ovn-nbctl", f"--db=unix:{state / 'nb.sock'}",

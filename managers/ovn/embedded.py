@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from reconciler.errors import UnetError
+from reconciler.processes import process_alive
 
 SCHEMA_CANDIDATES = ("/usr/share/ovn/ovn-nb.ovsschema", "/usr/local/share/ovn/ovn-nb.ovsschema")
 PACKAGES = "ovn-central ovn-common (Debian/Ubuntu: apt-get install ovn-central ovn-common)"
@@ -95,7 +96,7 @@ class EmbeddedNorthbound:
 
     def running(self) -> bool:
         pid = self.pid()
-        return pid is not None and _alive(pid) and self.socket.exists()
+        return pid is not None and process_alive(pid) and self.socket.exists()
 
     def answering(self) -> bool:
         """A server accepts connections at the socket (whoever started it)."""
@@ -128,10 +129,10 @@ class EmbeddedNorthbound:
 
     def stop(self) -> None:
         pid = self.pid()
-        if pid is not None and _alive(pid):
+        if pid is not None and process_alive(pid):
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 5
-            while _alive(pid) and time.monotonic() < deadline:
+            while process_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.02)
         self.marker.unlink(missing_ok=True)
 
@@ -149,14 +150,6 @@ class _FileLock:
         assert self.fd is not None
         os.close(self.fd)
 
-
-def _alive(pid: int) -> bool:
-    """True while the process runs; a zombie (exited, not yet reaped) counts as stopped."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _run(command: list[str]) -> str:
