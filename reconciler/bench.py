@@ -451,6 +451,7 @@ def pr_change() -> dict[str, str]:
 # --- an OVN Northbound server of our own ------------------------------------------------------
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
+CACHE_ENV = "UNET_CACHE_DIR"  # where `unet validate` keeps its cache of results
 NB_ENV = "UNET_BENCH_NORTHBOUND"  # the live copy's `northbound:` is ${UNET_BENCH_NORTHBOUND}
 INSTALLATION = "bench"
 #: The tables unet manages (managers/ovn/render.py MANAGED_COLUMNS), for `ovn-nbctl list`.
@@ -593,8 +594,13 @@ class Fixture:
     def env(self) -> dict[str, str]:
         source = str(Path(__file__).resolve().parent.parent)
         path = os.environ.get("PYTHONPATH")
-        return {**os.environ, NB_ENV: self.nb.remote,
+        return {**os.environ, NB_ENV: self.nb.remote, CACHE_ENV: str(self.cache_dir),
                 "PYTHONPATH": source + (os.pathsep + path if path else "")}
+
+    @property
+    def cache_dir(self) -> Path:
+        """unet's validation cache for the children: emptied before every cold run."""
+        return self.scratch / "validate-cache"
 
     @property
     def cwd(self) -> Path:
@@ -715,9 +721,15 @@ def _check_validate(fx: Fixture, run: Run) -> Outcome:
                    "files", errors, warnings)
 
 
+def _prepare_validate_cold(fx: Fixture, rev: str | None) -> None:
+    """No cached validation result: the run parses and checks everything."""
+    shutil.rmtree(fx.cache_dir, ignore_errors=True)
+
+
 def _prepare_validate_warm(fx: Fixture, rev: str | None) -> None:
-    """The run right before, untimed: whatever it leaves behind (page cache, a parse
-    cache once unet has one) is what the timed run finds."""
+    """A run right before, untimed, on an empty cache: what it leaves behind (unet's cache
+    of validation results, the page cache) is what the timed run finds."""
+    _prepare_validate_cold(fx, rev)
     run_unet(_validate_argv(fx, rev), fx, "warm-up")
 
 
@@ -847,9 +859,10 @@ def _verify_no_changes(fx: Fixture) -> str | None:
 
 
 STAGES: dict[str, Stage] = {
-    "validate": Stage(_validate_argv, _check_validate, title="validate, cold"),
+    "validate": Stage(_validate_argv, _check_validate, prepare=_prepare_validate_cold,
+                      title="validate, cold (no cached result)"),
     "validate-warm": Stage(_validate_argv, _check_validate, prepare=_prepare_validate_warm,
-                           title="validate, right after a first validate"),
+                           title="validate, warm (right after a first validate)"),
     "plan-pr": Stage(_plan_pr_argv, _check_plan_pr, sources=("rev",),
                      title="PR plan, one tenant changed (--base main --head pr)"),
     "apply": Stage(_live_argv("apply"), _check_apply, prepare=_prepare_apply,

@@ -1,0 +1,55 @@
+"""The benchmark harness (reconciler/bench.py) on a tiny installation: every stage runs
+clean, the pull request plans changes, the drift is repaired, and the ovn-nbctl script
+loads exactly the rows unet applies (unet plans no change after it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reconciler import bench
+from reconciler.validate import validate_repo
+
+from .ovnlab import require_ovn
+
+
+def test_pull_request_branch_is_valid_and_changes_one_tenant(tmp_path: Path) -> None:
+    repo, _live, meta = bench.prepared_repo(tmp_path, 2)
+    head = validate_repo(repo, bench.PR_BRANCH)
+    assert head.ok, [d.to_json() for d in head.diagnostics if d.is_error]
+    assert len(head.documents) == meta["manifests"] + 1  # one ComputeInstance more
+    assert sorted(bench.pr_change()) == ["tenants/tenant-00001/compute.yaml",
+                                         "tenants/tenant-00001/security-groups.yaml"]
+
+
+def test_spread_takes_one_percent_evenly() -> None:
+    assert bench._spread(list(range(1000)), 0.01) == list(range(0, 1000, 100))
+    assert bench._spread([7], 0.01) == [7]
+    assert bench._spread([], 0.01) == []
+
+
+def test_nbctl_values_use_ovs_vsctl_syntax() -> None:
+    assert bench._nbctl_value({"a": "b c"}) == '{"a"="b c"}'
+    assert bench._nbctl_value(["x", "y"]) == '["x","y"]'
+    assert bench._nbctl_value(True) == "true"
+    assert bench._nbctl_value(1002) == "1002"
+
+
+def test_every_stage_and_comparison_runs_clean(tmp_path: Path) -> None:
+    require_ovn()
+    out = tmp_path / "bench.json"
+    code = bench.main(["--sizes", "2", "--repeat", "1", "--profile-size", "0",
+                       "--compare", "nbctl,observe", "--work", str(tmp_path / "work"),
+                       "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert code == 0, report
+    assert [r["stage"] for r in report["results"]] == list(bench.STAGES)
+    assert all(r["ok"] for r in report["results"])
+    drift = next(r for r in report["results"] if r["stage"] == "reconcile-drift")
+    assert drift["note"].startswith("applied")
+    names = [c["name"] for c in report["comparisons"]]
+    assert names == ["observe vs ovn-nbctl list", "initial apply vs ovn-nbctl script"]
+    assert "same rows" in report["comparisons"][1]["note"]
+    markdown = tmp_path / "figures.md"
+    assert bench.main(["--combine", str(out), "--markdown", str(markdown)]) == 0
+    assert "**reconcile-drift**" in markdown.read_text()
