@@ -205,9 +205,9 @@ class _Allocator:
 
     def _vips(self, subnet: Manifest, version: int) -> list[tuple[str, str | None]]:
         out: list[tuple[str, str | None]] = []
-        for cluster in self.model.kind("Cluster"):
+        for cluster in self.model.workloads_by_subnet.get((subnet.tenant, subnet.name), ()):
             spec = cluster.obj.spec
-            if cluster.tenant != subnet.tenant or spec.network_attachments[0].subnet != subnet.name:
+            if cluster.kind != "Cluster" or spec.network_attachments[0].subnet != subnet.name:
                 continue
             for endpoint, fixed in (("api", spec.api_vip), ("ingress", spec.ingress_vip)):
                 if fixed is not None and _ip_int(fixed, version) is None:

@@ -15,10 +15,15 @@ class Model:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._by_kind: dict[str, list[Manifest]] = {}
 
     # plain look-ups ---------------------------------------------------------------------------
     def kind(self, kind: str) -> list[Manifest]:
-        return sorted(self.ctx.kind(kind), key=lambda m: m.ref)
+        """Manifests of a kind in a fixed order (by reference); computed once."""
+        found = self._by_kind.get(kind)
+        if found is None:
+            found = self._by_kind[kind] = sorted(self.ctx.kind(kind), key=lambda m: m.ref)
+        return found
 
     def get(self, kind: str, tenant: str | None, name: str | None) -> Manifest | None:
         return self.ctx.get(kind, tenant, name)

@@ -119,14 +119,15 @@ def render_desired(validation: Validation, observed: list[BackendObject],
 def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
     """Tag every row with its owner's immutable fields and protection."""
     owners = {m.ref: m for m in model.ctx.manifests}
+    tags: dict[str, dict[str, str]] = {}
     out = []
     for obj in objects:
-        owner = owners.get(obj.owner)
-        meta = dict(obj.meta)
-        if owner is not None:
-            meta.setdefault(TAG_IMMUTABLE, content_hash(immutable_values(owner.obj)))
-            if owner.obj.prevent_destroy:
-                meta[TAG_PROTECTED] = "true"
+        if obj.owner not in tags:
+            owner = owners.get(obj.owner)
+            tags[obj.owner] = {} if owner is None else {
+                TAG_IMMUTABLE: content_hash(immutable_values(owner.obj)),
+                **({TAG_PROTECTED: "true"} if owner.obj.prevent_destroy else {})}
+        meta = {**tags[obj.owner], **obj.meta}
         out.append(BackendObject(obj.manager, obj.table, obj.key, obj.owner, obj.fields,
                                  obj.refs, obj.parent, obj.unknown, meta))
     return out

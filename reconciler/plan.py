@@ -261,8 +261,10 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[s
         "owner": obj.owner,
         "actions": list(change.actions),
         "reason": change.reason,
-        "before": _object_json(change.before),
-        "after": _object_json(change.after),
+        # An unchanged object is listed, not repeated: plans of large installations stay
+        # small, and nothing reads an unchanged object's content from a plan.
+        "before": None if change.actions == (NOOP,) else _object_json(change.before),
+        "after": None if change.actions == (NOOP,) else _object_json(change.after),
         "changes": [{"path": f.path, "before": f.before, "after": f.after}
                     for f in change.fields],
         "unknown": sorted(change.after.unknown) if change.after else [],
