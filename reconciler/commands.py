@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,18 +65,35 @@ def _validated_head(path: Path, rev: str | None, max_bytes: int) -> Validation |
 # --- plan -----------------------------------------------------------------------------------
 
 
+@dataclass
+class _Live:
+    """What a plan against the backends needs: the head and the managers that serve it."""
+
+    head: Validation
+    managers: dict[str, Any]
+    readers: dict[str, Any]  # observed only, for their allocations
+    inputs: dict[str, Any]
+
+
+def _live(path: Path, args: argparse.Namespace) -> _Live | None:
+    head = _validated_head(path, args.rev, args.max_file_size)
+    if head is None:
+        return None
+    model = Model(head.context)  # type: ignore[arg-type]
+    managers = managers_of(model, args.manager, resolve=True)
+    return _Live(head, managers, allocation_readers(model, managers),
+                 {"head": revision_info(path, args.rev)})
+
+
 def plan(args: argparse.Namespace) -> int:
     if args.base is not None:
         return _plan_between(args)
-    head = _validated_head(args.path, args.rev, args.max_file_size)
-    if head is None:
+    live = _live(args.path, args)
+    if live is None:
         return EXIT_ERROR
-    model = Model(head.context)  # type: ignore[arg-type]
-    managers = managers_of(model, args.manager, resolve=True)
-    readers = allocation_readers(model, managers)
-    inputs = {"head": revision_info(args.path, args.rev)}
-    with session(managers, Path.cwd(), args.lock_timeout, readers):
-        result = _plan_live(head, managers, inputs, args.refresh_only, readers)
+    managers = live.managers
+    with session(managers, Path.cwd(), args.lock_timeout, live.readers):
+        result = _plan_live(live.head, managers, live.inputs, args.refresh_only, live.readers)
         unmanaged = _unmanaged(managers) if args.show_unmanaged else None
         reports = _reports(managers, result.changes)
     return _finish_plan(result, args, unmanaged, reports)
@@ -181,15 +199,12 @@ def apply(args: argparse.Namespace) -> int:
 
 
 def _apply_repo(args: argparse.Namespace) -> int:
-    head = _validated_head(args.target, args.rev, args.max_file_size)
-    if head is None:
+    live = _live(args.target, args)
+    if live is None:
         return EXIT_ERROR
-    model = Model(head.context)  # type: ignore[arg-type]
-    managers = managers_of(model, args.manager, resolve=True)
-    readers = allocation_readers(model, managers)
-    inputs = {"head": revision_info(args.target, args.rev)}
-    with session(managers, Path.cwd(), args.lock_timeout, readers):
-        result = _plan_live(head, managers, inputs, args.refresh_only, readers)
+    managers = live.managers
+    with session(managers, Path.cwd(), args.lock_timeout, live.readers):
+        result = _plan_live(live.head, managers, live.inputs, args.refresh_only, live.readers)
         document = plan_to_json(result)
         print_plan(document, "text")
         _print_reports(_reports(managers, result.changes))
