@@ -89,6 +89,8 @@ class _Allocator:
         self.out = out
 
     def run(self) -> None:
+        """Segment ids and external addresses are shared by all tenants: always allocated
+        for the whole revision. Subnet addresses only for the tenants the model shows."""
         self.held = _held_addresses(self.observed)
         self._segments()
         for subnet in self.model.kind("Subnet"):
@@ -104,7 +106,7 @@ class _Allocator:
     # segment ids: unique per k8s manager (one physical network), from the class's range
     def _segments(self) -> None:
         groups: dict[str, list[tuple[Manifest, Manifest]]] = {}
-        for subnet in self.model.kind("Subnet"):
+        for subnet in self.model.full.kind("Subnet"):
             cls = self.model.class_of(subnet.tenant, subnet.obj.spec.virtual_network)
             if cls is not None and cls.obj.spec.k8s_manager is not None:
                 groups.setdefault(cls.obj.spec.k8s_manager, []).append((subnet, cls))
@@ -230,10 +232,10 @@ class _Allocator:
     # external addresses: ExternalIPs, and router gateway ports without a NATGateway
     def _external_addresses(self) -> None:
         per_pool: dict[str, list[tuple[str, str | None]]] = {}
-        for eip in self.model.kind("ExternalIP"):
+        for eip in self.model.full.kind("ExternalIP"):
             per_pool.setdefault(eip.obj.spec.pool, []).append(
                 (external_key(eip.tenant, eip.name), eip.obj.spec.address))
-        for tenant, vn, pool in self.model.gateway_pools():
+        for tenant, vn, pool in self.model.full.gateway_pools():
             per_pool.setdefault(pool, []).append((router_gateway_key(tenant, vn), None))
         for pool_name, wanted in sorted(per_pool.items()):
             space = self.model.pool_space(pool_name)

@@ -27,7 +27,7 @@ from .plan import Plan, PlanFormatError, check_format, dumps, plan_to_json, rest
 from .plan_render import render_markdown, render_text
 from .progress import Progress
 from .report import render_human, summarize, use_colour
-from .validate import Validation, revision_info, validate_repo
+from .validate import ParsedFiles, Validation, revision_info, validate_repo
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
@@ -45,16 +45,17 @@ def _print_validation(result: Validation, path: Path) -> None:
 
 def print_plan(document: dict[str, Any], fmt: str) -> None:
     if fmt == "json":
-        json.dump(document, sys.stdout, indent=1, sort_keys=True)
-        sys.stdout.write("\n")
+        # json.dumps without indent is the C encoder: an order of magnitude faster on big plans.
+        sys.stdout.write(json.dumps(document, sort_keys=True) + "\n")
     elif fmt == "markdown":
         sys.stdout.write(render_markdown(document))
     else:
         sys.stdout.write(render_text(document, use_colour(sys.stdout)))
 
 
-def _validated_head(path: Path, rev: str | None, max_bytes: int) -> Validation | None:
-    head = validate_repo(path, rev, max_bytes)
+def _validated_head(path: Path, rev: str | None, max_bytes: int,
+                    parsed: ParsedFiles | None = None) -> Validation | None:
+    head = validate_repo(path, rev, max_bytes, parsed)
     if not head.ok:
         _print_validation(head, path)
         print("unet: the repo has errors; no plan", file=sys.stderr)
@@ -103,10 +104,11 @@ def _plan_between(args: argparse.Namespace) -> int:
     head_rev = args.head or args.rev
     inputs = {"head": revision_info(args.path, head_rev),
               "base": revision_info(args.path, args.base)}
-    head = _validated_head(args.path, head_rev, args.max_file_size)
+    parsed = ParsedFiles()  # files both revisions hold are parsed once, and shared
+    head = _validated_head(args.path, head_rev, args.max_file_size, parsed)
     if head is None:
         return EXIT_ERROR
-    base = validate_repo(args.path, args.base, args.max_file_size)
+    base = validate_repo(args.path, args.base, args.max_file_size, parsed)
     inputs["base"].update(valid=base.ok, errors=sum(d.is_error for d in base.diagnostics))
     result = plan_between(base, head, inputs)
     result.diagnostics += [d for d in head.diagnostics if not d.is_error]

@@ -13,8 +13,13 @@ from .schema import Manifest
 class Model:
     """A revision that passed validation, indexed for the renderers."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, tenants: frozenset[str] | None = None) -> None:
+        """With `tenants`, the model shows only those tenants' manifests (and every
+        provider manifest): rendering it gives only their rows. `full` is always the
+        whole revision, for what tenants share (segment ids, external pools)."""
         self.ctx = ctx
+        self.tenants = tenants
+        self.full = self if tenants is None else Model(ctx)
         self._by_kind: dict[str, list[Manifest]] = {}
 
     # plain look-ups ---------------------------------------------------------------------------
@@ -22,7 +27,11 @@ class Model:
         """Manifests of a kind in a fixed order (by reference); computed once."""
         found = self._by_kind.get(kind)
         if found is None:
-            found = self._by_kind[kind] = sorted(self.ctx.kind(kind), key=lambda m: m.ref)
+            found = sorted(self.ctx.kind(kind), key=lambda m: m.ref)
+            if self.tenants is not None:
+                found = [m for m in found
+                         if m.obj.scope != "tenant" or m.tenant in self.tenants]
+            self._by_kind[kind] = found
         return found
 
     def get(self, kind: str, tenant: str | None, name: str | None) -> Manifest | None:

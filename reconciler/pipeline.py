@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,11 +105,16 @@ def allocation_readers(model: Model, managers: dict[str, Any]) -> dict[str, Any]
     return managers_of(model, names, resolve=True) if names else {}
 
 
-def render_desired(validation: Validation, observed: list[BackendObject],
-                   new_are_unknown: bool = False, only: Iterable[str] | None = None) -> Desired:
+def render_desired(validation: Validation, allocated: Mapping[str, str],
+                   new_are_unknown: bool = False, only: Iterable[str] | None = None,
+                   tenants: frozenset[str] | None = None) -> Desired:
+    """The objects a validated revision wants, keeping the `allocated` values that still hold.
+
+    With `tenants`, only those tenants' objects (and the provider's) are rendered.
+    """
     assert validation.context is not None
-    model = Model(validation.context)
-    allocations = allocate(model, observed_allocations(observed), new_are_unknown)
+    model = Model(validation.context, tenants)
+    allocations = allocate(model, allocated, new_are_unknown)
     objects: list[BackendObject] = []
     for manager in managers_of(model, only).values():
         objects.extend(manager.render(model, allocations))
@@ -134,14 +139,55 @@ def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
 
 
 def plan_between(base: Validation | None, head: Validation, inputs: dict[str, Any]) -> Plan:
-    """PR mode: what merging head would do, with base standing for the backends."""
-    rendered = base is not None and base.ok  # an invalid base stands for empty backends
-    observed = render_desired(base, []).objects if base is not None and rendered else []
-    desired = render_desired(head, observed, new_are_unknown=True)
+    """PR mode: what merging head would do, with base standing for the backends.
+
+    Only the tenants the pull request touches are rendered when nothing shared
+    changed: the others' objects are the same in base and head by construction.
+    """
+    if base is not None and not base.ok:
+        base = None  # an invalid base stands for empty backends
+    scope = changed_tenants(base, head) if base is not None else None
+    plan = _plan_between(base, head, inputs, scope)
+    if scope is not None and any(d.code == "EMPTY_DESIRED_STATE" for d in plan.diagnostics):
+        plan = _plan_between(base, head, inputs, None)  # only the whole picture can tell
+    return plan
+
+
+def changed_tenants(base: Validation, head: Validation) -> frozenset[str] | None:
+    """Tenants with a manifest added, removed or changed; None when a provider manifest
+    other than a Tenant changed (it may touch every tenant), or when every tenant did.
+
+    Unchanged files share their manifest objects (`ParsedFiles`), so identity tells.
+    """
+    before = {id(m): m for m in base.manifests}
+    after = {id(m): m for m in head.manifests}
+    moved = [m for key, m in before.items() if key not in after]
+    moved += [m for key, m in after.items() if key not in before]
+    tenants: set[str] = set()
+    for manifest in moved:
+        if manifest.obj.scope == "tenant" and manifest.tenant is not None:
+            tenants.add(manifest.tenant)
+        elif manifest.kind == "Tenant":
+            tenants.add(manifest.name)
+        else:
+            return None
+    everyone = {m.tenant for m in (*before.values(), *after.values())
+                if m.obj.scope == "tenant" and m.tenant is not None}
+    return frozenset(tenants) if everyone - tenants else None
+
+
+def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, Any],
+                  scope: frozenset[str] | None) -> Plan:
+    observed: list[BackendObject] = []
+    allocated: dict[str, str] = {}
+    if base is not None:
+        before = render_desired(base, {}, tenants=scope)
+        observed = before.objects
+        allocated = {key: a.value for key, a in before.allocations.values.items()}
+    desired = render_desired(head, allocated, new_are_unknown=True, tenants=scope)
     prune = bool(desired.model.config.prune)
     changes = diff(index_objects(desired.objects), index_objects(observed), prune)
-    base_manifests = {m.ref: m for m in base.manifests} if base is not None and rendered \
-        else {}
+    base_manifests = {m.ref: m for m in base.manifests} if base is not None else {}
     head_manifests = {m.ref: m for m in head.manifests}
     resources, diagnostics = _resources(changes, base_manifests, head_manifests, prune)
     diagnostics += _safety(changes, desired, observed, base_manifests, head_manifests)
@@ -159,7 +205,8 @@ def plan_live(head: Validation, managers: dict[str, Any], observed: list[Backend
     the desired state is still that one, every difference is drift. `hints` are
     objects of other managers, read only for the allocations they record.
     """
-    desired = render_desired(head, [*observed, *hints], only=list(managers))
+    desired = render_desired(head, observed_allocations([*observed, *hints]),
+                             only=list(managers))
     prune = bool(desired.model.config.prune)
     changes = diff(index_objects(desired.objects), index_objects(observed), prune)
     head_manifests = {m.ref: m for m in head.manifests}
@@ -240,14 +287,15 @@ def _resource(address: str, rows: list[Change], before: Manifest | None,
             return ResourcePlan(address, (UPDATE,) if moved else (NOOP,),
                                 "kept: removed from the repo, but prune is off", rows)
         return ResourcePlan(address, (DELETE,), "removed from the repo", rows)
-    if before is None:
+    unchanged_rows = all(c.actions == (NOOP,) for c in rows)
+    if before is None or (before is after and unchanged_rows):
         return ResourcePlan(address, (NOOP,), "up to date", rows)
     changed = _changed_immutable(before, after)
     if changed:
         return ResourcePlan(address, REPLACE, "immutable fields changed: " + ", ".join(changed),
                             rows, changed)
-    row_changes = [c for c in rows if c.actions != (NOOP,)]
-    if row_changes:
+    if not unchanged_rows:
+        row_changes = [c for c in rows if c.actions != (NOOP,)]
         tables = sorted({c.obj.table for c in row_changes})
         why = "changed in the repo" if before.obj != after.obj else "depends on a change"
         return ResourcePlan(address, (UPDATE,), f"{why}: {', '.join(tables)} rows change", rows)

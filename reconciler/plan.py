@@ -286,7 +286,7 @@ def _object_json(obj: BackendObject | None) -> dict[str, Any] | None:
 
 
 def dumps(plan: Plan) -> str:
-    return json.dumps(plan_to_json(plan), indent=1, sort_keys=True, default=str) + "\n"
+    return json.dumps(plan_to_json(plan), sort_keys=True, default=str) + "\n"
 
 
 class PlanFormatError(UnetError):

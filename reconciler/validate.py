@@ -43,13 +43,61 @@ def repo_files(path: Path, rev: str | None,
     return git_files(path, rev, max_file_bytes) if rev else folder_files(path)
 
 
+@dataclass(slots=True)
+class _ParsedFile:
+    documents: list[Document]
+    manifests: list[Manifest]
+    load_problems: list[Diagnostic]
+    schema_problems: list[Diagnostic]
+
+
+class ParsedFiles:
+    """Files parsed and schema-checked once per path and Git blob.
+
+    Revisions that share a file (a pull request's base and head) share its
+    documents and manifests too, so the planner can tell unchanged manifests
+    by identity.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[tuple[str, str], _ParsedFile] = {}
+
+    def parse(self, item: SourceFile, max_file_bytes: int) -> _ParsedFile:
+        key = (item.path, item.blob_id) if item.blob_id is not None else None
+        found = self._files.get(key) if key is not None else None
+        if found is None:
+            found = _parse(item, max_file_bytes)
+            if key is not None:
+                self._files[key] = found
+        return found
+
+
+def _parse(item: SourceFile, max_file_bytes: int) -> _ParsedFile:
+    documents, load_problems = load_documents(iter([item]), max_file_bytes)
+    manifests, schema_problems = validate_documents(documents)
+    return _ParsedFile(documents, manifests, load_problems, schema_problems)
+
+
 def validate_files(files: Iterator[SourceFile | Diagnostic],
-                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Validation:
+                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                   parsed: ParsedFiles | None = None) -> Validation:
     items = list(files)
+    memo = parsed or ParsedFiles()
+    documents: list[Document] = []
+    manifests: list[Manifest] = []
+    diagnostics: list[Diagnostic] = []
+    schema_problems: list[Diagnostic] = []
     with _no_garbage_collection():
-        documents, diagnostics = load_documents(iter(items), max_file_bytes)
-        manifests, problems = validate_documents(documents)
-        diagnostics += problems
+        for item in items:
+            if isinstance(item, Diagnostic):
+                diagnostics.append(item)
+                continue
+            result = memo.parse(item, max_file_bytes)
+            documents += result.documents
+            manifests += result.manifests
+            diagnostics += result.load_problems
+            schema_problems += result.schema_problems
+        diagnostics += schema_problems
         context, problems = check(manifests, installed_plugins(),
                                   _unreadable(documents, manifests))
         diagnostics += problems
@@ -108,5 +156,6 @@ def revision_info(path: Path, rev: str | None) -> dict[str, object]:
 
 
 def validate_repo(path: Path, rev: str | None = None,
-                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Validation:
-    return validate_files(repo_files(path, rev, max_file_bytes), max_file_bytes)
+                  max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                  parsed: ParsedFiles | None = None) -> Validation:
+    return validate_files(repo_files(path, rev, max_file_bytes), max_file_bytes, parsed)

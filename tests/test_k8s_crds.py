@@ -21,7 +21,7 @@ from managers.kubernetes import validate
 from managers.kubernetes.live import LABEL_INSTALLATION, to_backend, to_body
 from managers.kubernetes.render import RenderError
 from reconciler.diff import diff
-from reconciler.objects import TAG_HASH, TAG_IMMUTABLE
+from reconciler.objects import TAG_HASH, TAG_IMMUTABLE, observed_allocations
 from reconciler.pipeline import render_desired
 from reconciler.validate import validate_repo
 
@@ -36,7 +36,7 @@ CUDN = "ClusterUserDefinedNetwork"
 def rendered() -> list[Any]:
     result = validate_repo(EXAMPLE)
     assert result.ok
-    return [o for o in render_desired(result, []).objects if o.manager == "kubernetes"]
+    return [o for o in render_desired(result, {}).objects if o.manager == "kubernetes"]
 
 
 def test_crd_reference_files_are_there() -> None:
@@ -88,7 +88,7 @@ def test_every_rendered_object_validates_against_the_upstream_crd(rendered: list
 
 
 def test_the_segment_id_is_the_one_the_ovn_localnet_port_uses() -> None:
-    objects = render_desired(validate_repo(EXAMPLE), []).objects
+    objects = render_desired(validate_repo(EXAMPLE), {}).objects
     ports = {o.owner: o.fields["tag_request"] for o in objects
              if o.manager == "ovn" and o.key.endswith("/localnet")
              and o.owner.startswith("Subnet/")}
@@ -237,7 +237,7 @@ def test_more_than_25_exclude_subnets_is_a_clear_error(tmp_path: Path) -> None:
     edit_docs(repo, "tenants/acme/network.yaml", exclude)
     with pytest.raises(RenderError, match=r"Subnet/acme/web needs 29 excludeSubnets .* at most "
                                           r"25"):
-        render_desired(validated(repo), [])
+        render_desired(validated(repo), {})
 
 
 def test_a_changed_localnet_replaces_the_cudn(tmp_path: Path) -> None:
@@ -249,8 +249,9 @@ def test_a_changed_localnet_replaces_the_cudn(tmp_path: Path) -> None:
         find_doc(docs, "Subnet", "web")["spec"]["mtu"] = 1400
 
     edit_docs(repo, "tenants/acme/network.yaml", mtu)
-    before = {o.uid: o for o in render_desired(base, []).objects}
-    after = {o.uid: o for o in render_desired(validated(repo), list(before.values())).objects}
+    before = {o.uid: o for o in render_desired(base, {}).objects}
+    allocated = observed_allocations(before.values())
+    after = {o.uid: o for o in render_desired(validated(repo), allocated).objects}
     changes = {c.uid: c for c in diff(after, before)}
     cudn = changes[f"kubernetes:hosting-a1/{CUDN}/unet.acme.web"]
     assert cudn.actions == ("delete", "create")

@@ -555,7 +555,7 @@ def bench_desired(bench_template: Path) -> dict[str, set[str]]:
     validation = validate_repo(bench_template)
     assert validation.ok
     out: dict[str, set[str]] = {}
-    for obj in render_desired(validation, [], only=["ovn"]).objects:
+    for obj in render_desired(validation, {}, only=["ovn"]).objects:
         out.setdefault(obj.table, set()).add(obj.key)
     return out
 

@@ -153,7 +153,7 @@ def test_initial_plan_creates_everything(example: Validation) -> None:
     check_golden("initial", doc)
     assert {tuple(r["actions"]) for r in doc["resources"]} == {("create",)}
     assert doc["counts"]["create"] == len(example.manifests)
-    rows = render_desired(example, []).objects
+    rows = render_desired(example, {}).objects
     assert doc["row_counts"]["create"] == len(rows) == len(doc["backend_changes"])
     assert all(c["actions"] == ["create"] and c["before"] is None
                for c in doc["backend_changes"])
@@ -302,7 +302,7 @@ def test_remove_tenant_with_prune_deletes_it(tmp_path: Path, example: Validation
     check_golden("remove_tenant_prune", doc)
     assert [r["address"] for r in non_noop(doc)] == INITECH
     assert all(r["actions"] == ["delete"] for r in non_noop(doc))
-    base_rows = [o for o in render_desired(example, []).objects if o.owner in INITECH]
+    base_rows = [o for o in render_desired(example, {}).objects if o.owner in INITECH]
     deleted = [c for c in doc["backend_changes"] if c["actions"] == ["delete"]]
     assert sorted(c["id"] for c in deleted) == sorted(o.uid for o in base_rows)
     assert doc["row_counts"] == {"create": 0, "delete": len(base_rows), "replace": 0,

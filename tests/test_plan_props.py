@@ -24,7 +24,14 @@ from hypothesis import strategies as st
 
 from reconciler.diff import CREATE, DELETE, NOOP, UPDATE
 from reconciler.load import SourceFile
-from reconciler.objects import TAG_ALLOCATION, TAG_IMMUTABLE, UNKNOWN, BackendObject, index_objects
+from reconciler.objects import (
+    TAG_ALLOCATION,
+    TAG_IMMUTABLE,
+    UNKNOWN,
+    BackendObject,
+    index_objects,
+    observed_allocations,
+)
 from reconciler.pipeline import plan_between, render_desired
 from reconciler.plan import Plan, dumps
 from reconciler.validate import Validation, validate_files, validate_repo
@@ -50,7 +57,7 @@ def validate_memory(files: Files) -> Validation:
 
 EXAMPLE_FILES = read_files(EXAMPLE)
 BASE = validated(EXAMPLE)
-BASE_OBJECTS = render_desired(BASE, []).objects
+BASE_OBJECTS = render_desired(BASE, {}).objects
 
 
 # --- determinism --------------------------------------------------------------------------
@@ -386,20 +393,21 @@ def assert_matches_truth(planned: BackendObject, truth: BackendObject) -> None:
 def check_plan_applies(head: Validation) -> None:
     plan = plan_between(BASE, head, {})
     state = apply_plan(plan, BASE_OBJECTS)
-    prune = bool(render_desired(head, BASE_OBJECTS).model.config.prune)
+    prune = bool(render_desired(head, observed_allocations(BASE_OBJECTS)).model.config.prune)
     kept = {} if prune else {o.uid: o for o in BASE_OBJECTS}
     # With the flag plan_between used for the head: exactly its desired objects.
-    planned = index_objects(render_desired(head, BASE_OBJECTS, new_are_unknown=True).objects)
+    planned = index_objects(render_desired(head, observed_allocations(BASE_OBJECTS),
+                                           new_are_unknown=True).objects)
     assert state == {**kept, **planned}
     # With every allocation known: the same objects, up to values only the apply knows.
-    truth = index_objects(render_desired(head, BASE_OBJECTS).objects)
+    truth = index_objects(render_desired(head, observed_allocations(BASE_OBJECTS)).objects)
     assert state.keys() == kept.keys() | truth.keys()
     for uid, obj in truth.items():
         assert_matches_truth(state[uid], obj)
         for dep in obj.depends:
             assert f"{obj.manager}:{dep}" in truth, f"{uid} depends on a missing {dep}"
     # After the apply, the backend holds the truth: planning again changes nothing.
-    again = index_objects(render_desired(head, list(truth.values())).objects)
+    again = index_objects(render_desired(head, observed_allocations(truth.values())).objects)
     assert again == truth
     assert_unique_addresses(truth.values())  # with kept rows: see the xfail test below
 
@@ -435,7 +443,7 @@ def test_applying_the_plan_gives_the_head(edits: list[tuple[str, int]], prune: b
 def test_applying_the_initial_plan_gives_the_example() -> None:
     plan = plan_between(None, BASE, {})
     state = apply_plan(plan, [])
-    assert state == index_objects(render_desired(BASE, [], new_are_unknown=True).objects)
+    assert state == index_objects(render_desired(BASE, {}, new_are_unknown=True).objects)
 
 
 def test_every_edit_alone_keeps_the_example_valid() -> None:
@@ -480,6 +488,6 @@ def test_prune_off_never_gives_a_kept_address_to_a_new_port() -> None:
         "spec": {"networkAttachments": [{"subnet": "web", "securityGroups": ["web"]}]}}]
     head = validate_memory(files)
     assert head.ok
-    truth = render_desired(head, BASE_OBJECTS).objects
+    truth = render_desired(head, observed_allocations(BASE_OBJECTS)).objects
     kept = [o for o in BASE_OBJECTS if "web-2" in o.key]
     assert_unique_addresses([*kept, *truth])

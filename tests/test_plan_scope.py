@@ -1,0 +1,100 @@
+"""PR plans render only the tenants a pull request touches.
+
+The untouched tenants' objects are the same in base and head by construction, so
+the scoped plan must equal the plan of everything, except that untouched
+resources list no rows. Shared allocations (pool addresses, segment ids) are
+still made for the whole revision: a tenant's new address never lands on
+another tenant's.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconciler.pipeline import changed_tenants, plan_between
+from reconciler.plan import plan_to_json
+from reconciler.validate import ParsedFiles, validate_repo
+
+from .conftest import EXAMPLE
+from .gitops import commit_all, git
+
+
+def _add_vm(repo: Path) -> None:
+    path = repo / "tenants/acme/compute.yaml"
+    text = path.read_text()
+    first = text.split("\n---\n")[1]
+    path.write_text(text + "\n---\n" + first.replace("name: web-1", "name: web-9", 1))
+
+
+def _new_public_address(repo: Path) -> None:
+    path = repo / "tenants/initech/external.yaml"
+    text = path.read_text()
+    path.write_text(text + "\n---\n" + "apiVersion: network.osac.io/v1alpha1\n"
+                    "kind: ExternalIP\nmetadata:\n  name: launch-api\nspec:\n  pool: public-a\n")
+
+
+def _remove_tenant(repo: Path) -> None:
+    shutil.rmtree(repo / "tenants/initech")
+    (repo / "provider/tenants/initech.yaml").unlink()
+
+
+def _change_pool(repo: Path) -> None:
+    path = repo / "provider/pools.yaml"
+    path.write_text(path.read_text().replace("metadata:\n", "metadata:\n  annotations:\n"
+                                             "    note: changed\n", 1))
+
+
+EDITS: dict[str, tuple[Callable[[Path], None], frozenset[str] | None]] = {
+    "add a VM": (_add_vm, frozenset({"acme"})),
+    "a new address from a shared pool": (_new_public_address, frozenset({"initech"})),
+    "remove a tenant": (_remove_tenant, frozenset({"initech"})),
+    "change a provider pool": (_change_pool, None),
+    "nothing": (lambda repo: None, frozenset()),
+}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    target = tmp_path / "repo"
+    shutil.copytree(EXAMPLE, target)
+    git(target, "init", "-q")
+    commit_all(target, "base")
+    git(target, "branch", "-q", "base")
+    return target
+
+
+def _comparable(plan: Any) -> dict[str, Any]:
+    """The plan without what scoping leaves out: rows of untouched resources."""
+    doc = plan_to_json(plan)
+    for resource in doc["resources"]:
+        if resource["actions"] == ["no-op"]:
+            resource["backend_changes"] = []
+    doc["backend_changes"] = [c for c in doc["backend_changes"] if c["actions"] != ["no-op"]]
+    for key in ("observed_fingerprint", "row_counts"):
+        doc.pop(key)
+    return doc
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_a_scoped_plan_equals_the_whole_plan(repo: Path, edit: str) -> None:
+    change, expected_scope = EDITS[edit]
+    change(repo)
+    commit_all(repo, edit)
+    shared = ParsedFiles()
+    head = validate_repo(repo, "HEAD", parsed=shared)
+    base = validate_repo(repo, "base", parsed=shared)
+    assert head.ok and base.ok
+    assert changed_tenants(base, head) == expected_scope
+    scoped = plan_between(base, head, {})
+    # Parsed apart, no manifest is shared: every tenant counts as changed and all render.
+    apart = validate_repo(repo, "base"), validate_repo(repo, "HEAD")
+    assert changed_tenants(*apart) is None
+    whole = plan_between(*apart, {})
+    assert _comparable(scoped) == _comparable(whole)
+    assert any(r.action != "no-op" for r in scoped.resources) == (edit != "nothing")
+
