@@ -86,6 +86,8 @@ def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool
 
 
 def _field_changes(have: BackendObject, want: BackendObject) -> list[FieldChange]:
+    if _same(have, want):  # nearly every row of a large plan: skip building copies
+        return []
     before, after = _comparable(have), _comparable(want)
     if before == after:
         return []
@@ -97,6 +99,19 @@ def _field_changes(have: BackendObject, want: BackendObject) -> list[FieldChange
             path = ".".join(str(p) for p in item.path(output_format="list"))
             out.append(FieldChange(path, _plain(item.t1), _plain(item.t2)))
     return sorted(out, key=lambda c: c.path)
+
+
+def _same(have: BackendObject, want: BackendObject) -> bool:
+    return (have.fields == want.fields and have.parent == want.parent
+            and _set_refs(have) == _set_refs(want) and _plain_meta(have) == _plain_meta(want))
+
+
+def _set_refs(obj: BackendObject) -> dict[str, tuple[str, ...]]:
+    return {k: tuple(v) for k, v in obj.refs.items() if v}
+
+
+def _plain_meta(obj: BackendObject) -> dict[str, str]:
+    return {k: v for k, v in obj.meta.items() if k not in (TAG_IMMUTABLE, TAG_HASH)}
 
 
 def _comparable(obj: BackendObject) -> dict[str, Any]:

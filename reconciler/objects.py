@@ -53,6 +53,7 @@ class BackendObject:
     # Extra tags stored beside the ownership tags (external_ids, annotations), e.g.
     # TAG_IMMUTABLE or a description of what an ACL exposes.
     meta: Mapping[str, str] = field(default_factory=dict)
+    _hash: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
 
     @property
     def uid(self) -> str:
@@ -78,7 +79,10 @@ class BackendObject:
 
     @property
     def content_hash(self) -> str:
-        return content_hash(self.content())
+        """Computed once: digests, drift checks and the `unet:hash` tag all need it."""
+        if not self._hash:
+            self._hash.append(content_hash(self.content()))
+        return self._hash[0]
 
 
 def content_hash(value: Any) -> str:

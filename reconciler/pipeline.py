@@ -216,12 +216,12 @@ def plan_live(head: Validation, managers: dict[str, Any], observed: list[Backend
     diagnostics += _safety(changes, desired, observed, {}, head_manifests)
     diagnostics += _conflicts(managers, changes, head_manifests)
     diagnostics += _allocation_problems(desired)
-    unchanged = all(applied.get(name) == desired_digest(
-        [o for o in desired.objects if o.manager == name]) for name in managers)
+    digests = {name: desired_digest([o for o in desired.objects if o.manager == name])
+               for name in managers}
+    unchanged = all(applied.get(name) == digest for name, digest in digests.items())
     plan = build_plan("live", desired.model.installation, inputs, changes, observed, resources,
                       diagnostics, repo_unchanged=unchanged)
-    plan.desired_digests = {name: desired_digest([o for o in desired.objects
-                                                  if o.manager == name]) for name in managers}
+    plan.desired_digests = digests
     plan.managers = {m.name: {"plugin": m.obj.spec.plugin, "config": m.obj.spec.config}
                      for m in desired.model.kind("NetworkManager") if m.name in managers}
     return plan

@@ -251,6 +251,11 @@ def _resource_json(resource: ResourcePlan) -> dict[str, Any]:
 
 def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[str, Any]:
     obj = change.obj
+    if change.actions == (NOOP,):  # most rows of a large plan: listed, not repeated
+        return {"id": change.uid, "manager": obj.manager, "table": obj.table, "key": obj.key,
+                "owner": obj.owner, "actions": [NOOP], "reason": change.reason,
+                "before": None, "after": None, "changes": [], "unknown": [], "drift": drift,
+                "waves": []}
     waves = sorted({wave_of[f"{a} {change.uid}"] for a in change.actions
                     if f"{a} {change.uid}" in wave_of})
     return {
@@ -261,10 +266,8 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[s
         "owner": obj.owner,
         "actions": list(change.actions),
         "reason": change.reason,
-        # An unchanged object is listed, not repeated: plans of large installations stay
-        # small, and nothing reads an unchanged object's content from a plan.
-        "before": None if change.actions == (NOOP,) else _object_json(change.before),
-        "after": None if change.actions == (NOOP,) else _object_json(change.after),
+        "before": _object_json(change.before),
+        "after": _object_json(change.after),
         "changes": [{"path": f.path, "before": f.before, "after": f.after}
                     for f in change.fields],
         "unknown": sorted(change.after.unknown) if change.after else [],

@@ -111,7 +111,6 @@ class Options:
 class _Outcome:
     """What planning (and maybe applying) one revision gave."""
 
-    plan: dict[str, Any] | None = None  # the plan's JSON document (what was found)
     refused: str | None = None          # why the revision is not applied
     validation: Any = None
 
@@ -123,7 +122,8 @@ class Reconciler:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.state_dir = options.state_dir
-        self.last_plan: dict[str, Any] | None = None
+        self._last_plan: Any = None  # the Plan of the last run
+        self._last_plan_json: dict[str, Any] | None = None
         self.last_validation: Any = None
 
     # state kept between runs: the last good revision
@@ -148,7 +148,7 @@ class Reconciler:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         run = Run(started=_now(), source=self.options.repo or str(self.options.path),
                   branch=self.options.branch if self.options.repo else None)
-        self.last_plan, self.last_validation = None, None
+        self._last_plan, self._last_plan_json, self.last_validation = None, None, None
         try:
             self._run(run)
         except Exception as exc:  # a run never takes the daemon down; it is reported
@@ -162,6 +162,15 @@ class Reconciler:
         run.duration = round(time.monotonic() - started, 3)
         append_history(self.state_dir, run, self.options.history_size)
         return run
+
+    @property
+    def last_plan(self) -> dict[str, Any] | None:
+        """The last run's plan as JSON (built only when asked: large, and rarely needed)."""
+        from .plan import plan_to_json
+
+        if self._last_plan is not None and self._last_plan_json is None:
+            self._last_plan_json = plan_to_json(self._last_plan)
+        return self._last_plan_json
 
     def _run(self, run: Run) -> None:
         if self.options.repo:
@@ -232,7 +241,7 @@ class Reconciler:
         from .diff import NOOP
         from .model import Model
         from .pipeline import allocation_readers, managers_of
-        from .plan import plan_to_json, restrict_to
+        from .plan import restrict_to
         from .validate import revision_info, validate_repo
 
         head = validate_repo(folder, rev, self.options.max_file_size)
@@ -256,16 +265,15 @@ class Reconciler:
                 entered = True
                 run.locked_at = time.time()
                 plan = _plan_live(head, managers, inputs, False, readers)
-                document = plan_to_json(plan)
-                self.last_plan = document
+                self._last_plan, self._last_plan_json = plan, None
                 run.counts, run.row_counts = plan.counts, plan.row_counts
                 run.drift = len(plan.drift_ids)
                 if not plan.ok:
                     errors = [d for d in plan.diagnostics if d.is_error]
                     run.errors = len(errors)
                     run.diagnostics = [d.to_json() for d in errors[:5]]
-                    return _Outcome(document, f"the plan has {len(errors)} errors, first "
-                                              f"{errors[0].code}: {errors[0].message}")
+                    return _Outcome(refused=f"the plan has {len(errors)} errors, first "
+                                            f"{errors[0].code}: {errors[0].message}")
                 repair = run.mode == "repair"
                 if repair:
                     todo = plan
@@ -277,7 +285,7 @@ class Reconciler:
                     run.result = DRIFT if run.drift else OK
                     run.message = _drift_message(run.drift) if run.drift else \
                         "no changes: the backends match the revision"
-                    return _Outcome(document)
+                    return _Outcome()
                 result = execute(todo.changes, todo.waves, managers, _quiet)
                 run.applied = dict(result.counts)
                 run.apply_seconds = round(result.seconds, 3)
@@ -301,7 +309,7 @@ class Reconciler:
                     run.result = APPLIED
                     run.message = done + (f" (repaired {run.drift} drifted objects)"
                                           if run.drift else "")
-                return _Outcome(document)
+                return _Outcome()
         finally:
             if entered:
                 run.unlocked_at = time.time()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .check import Context, check
 from .diagnostics import Diagnostic
+from .heap import paused_collection
 from .load import (
     DEFAULT_MAX_FILE_BYTES,
     Document,
@@ -87,7 +86,7 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
     manifests: list[Manifest] = []
     diagnostics: list[Diagnostic] = []
     schema_problems: list[Diagnostic] = []
-    with _no_garbage_collection():
+    with paused_collection():
         for item in items:
             if isinstance(item, Diagnostic):
                 diagnostics.append(item)
@@ -103,21 +102,6 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
         diagnostics += problems
     n_files = sum(1 for item in items if isinstance(item, SourceFile))
     return Validation(documents, manifests, context, diagnostics, n_files)
-
-
-@contextlib.contextmanager
-def _no_garbage_collection() -> Iterator[None]:
-    """Loading builds millions of small objects that live until the command ends.
-
-    The cyclic collector would scan them again and again (a third of the time at a
-    thousand tenants) and find nothing: pause it, then freeze what was built.
-    """
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
 
 
 def _unreadable(documents: list[Document],

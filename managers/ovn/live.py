@@ -1,4 +1,4 @@
-"""Talking to a real OVN Northbound database through ovsdbapp: observe, apply, lock.
+"""Talking to a real OVN Northbound database: observe, apply, lock.
 
 Only rows tagged with this installation are read as ours, and only those are
 ever changed or deleted. Rows of non-root tables are added to and removed from
@@ -6,12 +6,16 @@ their parent's column; OVSDB drops them when no parent holds them, so nothing
 can be orphaned. A wave of steps is one transaction (large waves are split);
 every transaction's result is checked.
 
-Speed: the ovsdbapp connection (leader handling, the lock, transactions) starts
-with conditions that match none of the managed tables' rows, so connecting
-costs nothing; it loads this installation's rows, and only the columns unet
-uses, when there is something to apply. Observing reads the same rows with one
-OVSDB `select` on the server the connection uses, decoded straight from JSON:
-the IDL's per-value conversions would cost ten times as much for a no-op run.
+Two connections. ovsdbapp's IDL finds the leader of a cluster, holds the
+installation's OVSDB lock (taking it again after a reconnect) and writes the
+few tags of NB_Global; it never loads the managed tables (their conditions
+match no row). The rows themselves are read and written by plain OVSDB
+`transact` requests on a connection of unet's own (`rpc.py`) to the server the
+IDL chose: one `select` reads the installation's rows, and each wave is one
+transaction of insert/update/delete/mutate operations built from the plan.
+The IDL would convert every value of every row twice (to its own types and
+back), which cost more than the server's own work; writes go only while the
+IDL holds the lock.
 """
 
 from __future__ import annotations
@@ -25,13 +29,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ovs import jsonrpc
-from ovs import stream as ovs_stream
 from ovsdbapp.backend.ovs_idl import connection, idlutils
 from ovsdbapp.backend.ovs_idl.transaction import Transaction
 
 from reconciler.diff import Change
 from reconciler.errors import UnetError
+from reconciler.heap import paused_collection
 from reconciler.objects import (
     TAG_HASH,
     TAG_INSTALLATION,
@@ -42,6 +45,7 @@ from reconciler.objects import (
 from reconciler.order import Step
 
 from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
+from .rpc import ConnectionLost, Rpc
 
 TABLES = (*MANAGED_COLUMNS, "NB_Global")
 #: Tables whose rows people and ovn-nbctl find by name: a foreign row there blocks the name.
@@ -64,6 +68,7 @@ class Observed:
     objects: list[BackendObject]
     foreign_names: dict[str, set[str]] = field(default_factory=dict)  # table -> names not ours
     foreign_children: list[str] = field(default_factory=list)  # unnamed, not ours, in ours
+    uuids: dict[str, tuple[str, str]] = field(default_factory=dict)  # key → (table, UUID)
 
 
 class Northbound:
@@ -85,7 +90,7 @@ class Northbound:
         helper.register_table("NB_Global")
         self.idl = connection.OvsdbIdl(remote, helper, leader_only=True)
         for table in MANAGED_COLUMNS:
-            self.idl.cond_change(table, [False])  # rows come when there is work: _load_rows
+            self.idl.cond_change(table, [False])  # rows are read and written with Rpc
         self.idl.cooperative_yield = lambda: None  # type: ignore[method-assign]
         self.conn = connection.Connection(self.idl, timeout)
         try:
@@ -93,60 +98,109 @@ class Northbound:
         except Exception as exc:
             raise OvnError(f"cannot sync with the OVN Northbound database at {remote}: "
                            f"{exc}") from exc
-        self.rows: _RowIndex | None = None
+        self.rpc: Rpc | None = None
+        self.uuids: dict[str, tuple[str, str]] | None = None  # key → (table, UUID), ours
 
     def close(self) -> None:
+        if self.rpc is not None:
+            self.rpc.close()
         self.conn.stop(timeout=5)
 
     # -- observe ----------------------------------------------------------------------------
     def observe(self, installation: str, manager: str) -> Observed:
-        with self.conn.lock:
-            remote = self.idl._session.get_name()  # the server the connection chose (leader)
         operations = [_select(table, installation, True) for table in MANAGED_COLUMNS]
         operations += [_select(table, installation, False) for table in NAMED_TABLES]
-        results = _transact(remote, operations, self.timeout)
+        results = self._read(operations)
         ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
-        return _observe(self.idl, ours, names, manager)
+        with paused_collection():
+            observed = _observe(self.idl, ours, names, manager)
+        self.uuids = observed.uuids
+        return observed
+
+    def _rpc(self) -> Rpc:
+        """unet's own connection, to the server the IDL chose (a cluster's leader)."""
+        if self.rpc is None:
+            with self.conn.lock:
+                remote = self.idl._session.get_name()
+            self.rpc = Rpc(remote, self.timeout)
+        return self.rpc
+
+    def _read(self, operations: list[dict[str, Any]]) -> list[Any]:
+        """The rows of each select."""
+        try:
+            results = self._rpc().transact(operations)
+        except ConnectionLost as exc:
+            self.rpc = None
+            raise OvnError(f"reading the OVN Northbound database failed: {exc}") from exc
+        problems = [r["error"] for r in results if isinstance(r, dict) and "error" in r]
+        if problems:
+            raise OvnError(f"reading the OVN Northbound database failed: {problems[0]}")
+        return [r["rows"] for r in results]
 
     # -- apply ------------------------------------------------------------------------------
-    def _load_rows(self, installation: str) -> _RowIndex:
-        """Monitor this installation's rows from now on (the first apply waits for them)."""
-        if self.rows is None:
-            condition = [["external_ids", "includes",
-                          ["map", [[TAG_INSTALLATION, installation]]]]]
-            with self.conn.lock:
-                for table in MANAGED_COLUMNS:
-                    self.idl.cond_change(table, condition)
-            self.conn.txns.alert_notify()
-            deadline = time.monotonic() + self.timeout
-            while True:
-                with self.conn.lock:  # the server acks a condition after sending its rows
-                    if all(self.idl.tables[t].condition_state.acked == condition
-                           for t in MANAGED_COLUMNS):
-                        break
-                if time.monotonic() > deadline:
-                    raise OvnError("the Northbound database did not send our rows in time")
-                time.sleep(0.01)
-            with self.conn.lock:
-                self.rows = _RowIndex(self.idl, installation)
-        return self.rows
-
     def apply(self, waves: Sequence[Sequence[Step]], changes: dict[str, Change],
               installation: str, progress: Callable[[int, int], None]) -> dict[str, int]:
+        """Each wave (split above MAX_ROWS_PER_TRANSACTION rows) as one OVSDB transaction."""
         counts = {"create": 0, "update": 0, "delete": 0}
         done = 0
         total = sum(len(w) for w in waves)
-        rows = self._load_rows(installation)
+        if self.uuids is None:
+            self.uuids = self._our_uuids(installation)
         for wave in waves:
             for chunk in _chunks(list(wave), MAX_ROWS_PER_TRANSACTION):
-                command = _WaveCommand(chunk, changes, rows, installation)
-                self._commit([command])
+                self._apply_chunk(chunk, changes, installation)
                 for step in chunk:
                     counts[step.action] += 1
                 done += len(chunk)
                 progress(done, total)
         return counts
+
+    def _apply_chunk(self, steps: list[Step], changes: dict[str, Change],
+                     installation: str) -> None:
+        """One transaction; after a lost connection, again unless it did commit."""
+        assert self.uuids is not None
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self._hold_lock(installation, deadline)
+            wave = _Wave(steps, changes, self.uuids, installation, self.idl)
+            if not wave.operations:
+                return
+            try:
+                results = self._rpc().transact(wave.operations)
+            except ConnectionLost as exc:
+                self.rpc = None
+                if time.monotonic() > deadline:
+                    raise OvnError(f"the Northbound database did not answer: {exc}") from exc
+                time.sleep(0.2)
+                with contextlib.suppress(ConnectionLost, OvnError):
+                    self.uuids = self._our_uuids(installation)
+                    if wave.committed(self.uuids):
+                        return
+                continue
+            wave.check(results)
+            wave.settle(results, self.uuids)
+            return
+
+    def _hold_lock(self, installation: str, deadline: float) -> None:
+        """Writes go on only while this run holds its lock (the IDL takes it again after a
+        reconnect)."""
+        while True:
+            with self.conn.lock:
+                if self.idl.lock_name is None or self.idl.has_lock:
+                    return
+            if time.monotonic() > deadline:
+                raise LockTimeout(f"lost the lock of installation {installation} and could "
+                                  "not take it again; nothing more was written")
+            time.sleep(0.05)
+
+    def _our_uuids(self, installation: str) -> dict[str, tuple[str, str]]:
+        """Key → (table, UUID) of the installation's rows."""
+        operations = [{**_select(table, installation, True), "columns": ["_uuid", "external_ids"]}
+                      for table in MANAGED_COLUMNS]
+        results = self._read(operations)
+        _key_of, uuids = _keys(dict(zip(MANAGED_COLUMNS, results, strict=True)))
+        return uuids
 
     def _commit(self, commands: list[Any]) -> None:
         txn = Transaction(_Api(self.idl), self.conn, self.timeout, check_error=True,
@@ -233,18 +287,6 @@ def _chunks(items: list[Step], size: int) -> Iterator[list[Step]]:
         yield items[start:start + size]
 
 
-# --- values ---------------------------------------------------------------------------------
-
-
-def _write(column: Any, value: Any) -> Any:
-    kind = column.type
-    if kind.is_map():
-        return value
-    if kind.is_optional():
-        return [] if value is None else [value]
-    return value  # sets (sorted lists) and scalars
-
-
 # --- observe --------------------------------------------------------------------------------
 
 
@@ -264,51 +306,10 @@ def _select(table: str, installation: str, ours: bool) -> dict[str, Any]:
             "columns": ["_uuid", *_COLUMNS[table]] if ours else ["_uuid", "name"]}
 
 
-def _transact(remote: str, operations: list[dict[str, Any]], timeout: float) -> list[Any]:
-    """One OVSDB transaction on a connection of its own; the rows of each select."""
-    error, connection_stream = ovs_stream.Stream.open_block(
-        ovs_stream.Stream.open(remote), int(timeout * 1000))
-    if error:
-        raise OvnError(f"cannot reach the OVN Northbound database at {remote}: "
-                       f"{os.strerror(error)}")
-    rpc = jsonrpc.Connection(connection_stream)
-    try:
-        request = jsonrpc.Message.create_request("transact", ["OVN_Northbound", *operations])
-        error, reply = rpc.transact_block(request)
-    finally:
-        rpc.close()
-    if error or reply is None or reply.error is not None:
-        why = os.strerror(error) if error else (reply.error if reply else "no reply")
-        raise OvnError(f"reading the OVN Northbound database failed: {why}")
-    results = reply.result
-    problems = [r["error"] for r in results if isinstance(r, dict) and "error" in r]
-    if problems:
-        raise OvnError(f"reading the OVN Northbound database failed: {problems[0]}")
-    return [r["rows"] for r in results]
-
-
-def _our_rows(idl: Any, installation: str) -> Iterator[tuple[str, str, Any]]:
-    """(table, key, row) of the installation's rows.
-
-    Two rows with one key (copied by hand, say) would stop every plan: the first by
-    UUID keeps the key, the others get keys of their own that nothing desires, so
-    they are deleted.
-    """
-    seen: set[str] = set()
-    for table in MANAGED_COLUMNS:
-        found = [(row.external_ids[TAG_KEY], str(row.uuid), row)
-                 for row in idl.tables[table].rows.values()
-                 if row.external_ids.get(TAG_INSTALLATION) == installation
-                 and TAG_KEY in row.external_ids]
-        for key, uuid, row in sorted(found, key=lambda item: item[:2]):
-            yield table, key if key not in seen else f"{key}#duplicate-{uuid}", row
-            seen.add(key)
-
-
 def _observe(idl: Any, ours: dict[str, list[dict[str, Any]]],
              names: dict[str, list[dict[str, Any]]], manager: str) -> Observed:
     """Backend objects from the rows of a `select` (OVSDB's JSON, decoded here)."""
-    key_of = _keys(ours)
+    key_of, uuids = _keys(ours)
     parent_of: dict[str, tuple[str, str]] = {}
     children: list[str] = []
     for table, columns in PARENT_COLUMNS.items():
@@ -323,29 +324,32 @@ def _observe(idl: Any, ours: dict[str, list[dict[str, Any]]],
     objects = [_object(idl, table, row, key_of, parent_of, manager)
                for table in sorted(ours) for row in ours[table] if row["_uuid"][1] in key_of]
     foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
-    return Observed(objects, foreign, sorted(children))
+    return Observed(objects, foreign, sorted(children), uuids)
 
 
-def _keys(ours: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
-    """Row UUID → key. Two rows with one key (copied by hand, say) would stop every plan:
-    the first by UUID keeps the key, the others get keys nothing desires, so they go."""
+def _keys(ours: dict[str, list[dict[str, Any]]]
+          ) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+    """Row UUID → key, and key → (table, UUID). Two rows with one key (copied by hand,
+    say) would stop every plan: the first by UUID keeps the key, the others get keys
+    nothing desires, so they go."""
     key_of: dict[str, str] = {}
-    seen: set[str] = set()
+    uuids: dict[str, tuple[str, str]] = {}
     for table in MANAGED_COLUMNS:
         found = sorted((_tags(row).get(TAG_KEY), row["_uuid"][1]) for row in ours[table])
         for key, uuid in found:
             if key is None:
                 continue
-            key_of[uuid] = key if key not in seen else f"{key}#duplicate-{uuid}"
-            seen.add(key)
-    return key_of
+            if key in uuids:
+                key = f"{key}#duplicate-{uuid}"
+            key_of[uuid] = key
+            uuids[key] = (table, uuid)
+    return key_of, uuids
 
 
 def _object(idl: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
             parent_of: dict[str, tuple[str, str]], manager: str) -> BackendObject:
-    schema = idl.tables[table].columns
     uuid = row["_uuid"][1]
-    fields = {name: _decode(row[name], schema[name].type) for name in MANAGED_COLUMNS[table]}
+    fields = {name: decode(row[name]) for name, decode in _decoders(idl, table)}
     refs = {}
     for column in REF_COLUMNS.get(table, ()):
         keys = tuple(sorted(key_of.get(t, f"foreign:{t}") for t in _atoms(row[column])))
@@ -355,6 +359,19 @@ def _object(idl: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
     meta = {k: v for k, v in tags.items() if k not in (TAG_INSTALLATION, TAG_OWNER, TAG_KEY)}
     return BackendObject(manager, table, key_of[uuid], tags.get(TAG_OWNER, ""), fields, refs,
                          parent_of.get(uuid), frozenset(), meta)
+
+
+_DECODERS: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
+
+
+def _decoders(idl: Any, table: str) -> list[tuple[str, Callable[[Any], Any]]]:
+    """Per managed column, the function that decodes its values (chosen once per table)."""
+    found = _DECODERS.get(table)
+    if found is None:
+        schema = idl.tables[table].columns
+        found = _DECODERS[table] = [(name, _decoder(schema[name].type))
+                                    for name in MANAGED_COLUMNS[table]]
+    return found
 
 
 def _tags(row: dict[str, Any]) -> dict[str, str]:
@@ -372,147 +389,174 @@ def _atoms(value: Any) -> list[Any]:
     return [_atom(value)]
 
 
-def _decode(value: Any, kind: Any) -> Any:
-    """A column value as the renderers write it: None, scalar, sorted list or dict."""
+def _decoder(kind: Any) -> Callable[[Any], Any]:
+    """Column values as the renderers write them: None, scalar, sorted list or dict."""
     if kind.is_map():
-        return {str(_atom(k)): _atom(v) for k, v in sorted(value[1])}
+        return lambda value: {str(_atom(k)): _atom(v) for k, v in sorted(value[1])}
     if kind.is_optional():
-        atoms = _atoms(value)
-        return atoms[0] if atoms else None
+        return lambda value: next(iter(_atoms(value)), None)
     if kind.is_set():
-        return sorted(_atoms(value))
-    return _atom(value)
+        return lambda value: sorted(_atoms(value))
+    return _atom
 
 
 # --- apply ----------------------------------------------------------------------------------
 
 
-class _RowIndex:
-    """Our rows by key: real rows from the IDL, plus rows inserted in the open transaction."""
+class _Wave:
+    """The OVSDB operations of one transaction's steps.
 
-    def __init__(self, idl: Any, installation: str) -> None:
-        self.idl = idl
+    Rows inserted here get names; references to them use the names, references to
+    existing rows their UUIDs. A row joins (or leaves) its parent's column in the same
+    transaction, and rows the transaction needs are asserted to exist (`wait`), so a
+    row deleted meanwhile fails the whole transaction instead of orphaning a child.
+    """
+
+    def __init__(self, steps: list[Step], changes: dict[str, Change],
+                 uuids: dict[str, tuple[str, str]], installation: str, idl: Any) -> None:
+        self.uuids = uuids
         self.installation = installation
-        self.uuids: dict[str, tuple[str, Any]] = {}
-        self.pending: dict[str, Any] = {}
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Read our rows from the IDL again, e.g. before ovsdbapp retries a transaction.
-
-        After a reconnect, an attempt whose reply was lost may have committed: its rows
-        are in the IDL now, and are found here instead of being inserted twice.
-        """
-        self.uuids.clear()
-        self.pending.clear()
-        for table, key, row in _our_rows(self.idl, self.installation):
-            self.uuids[key] = (table, row.uuid)
-
-    def get(self, key: str) -> Any:
-        if key in self.pending:
-            return self.pending[key]
-        found = self.uuids.get(key)
-        if found is None:
-            return None
-        table, uuid = found
-        return self.idl.tables[table].rows.get(uuid)
-
-    def settle(self, txn: Any) -> None:
-        """After a commit: remember the real UUIDs of the rows we inserted."""
-        for key, row in self.pending.items():
-            real = txn.get_insert_uuid(row.uuid)
-            if real is not None:
-                self.uuids[key] = (row._table.name, real)
-        self.pending.clear()
-
-
-class _WaveCommand:
-    """One wave's steps as row operations inside an ovsdbapp transaction."""
-
-    result = None  # what ovsdbapp hands back per command
-
-    def __init__(self, steps: list[Step], changes: dict[str, Change], rows: _RowIndex,
-                 installation: str) -> None:
-        self.steps = steps
-        self.changes = changes
-        self.rows = rows
-        self.installation = installation
-        self.attempts = 0
-
-    def __str__(self) -> str:
-        return f"unet wave of {len(self.steps)} steps"
-
-    def run_idl(self, txn: Any) -> None:
-        self.attempts += 1
-        if self.attempts > 1:  # ovsdbapp retries after a reconnect: see what did commit
-            self.rows.refresh()
-        self.rows.pending.clear()
-        for step in self.steps:
-            change = self.changes[step.uid]
-            if step.action == "delete":
+        self.tables = idl.tables
+        self.names: dict[str, str] = {}  # key → uuid-name of the rows inserted here
+        self.new_tables: dict[str, str] = {}  # key → table of the rows inserted here
+        self.deleted: list[str] = []
+        self.created: list[BackendObject] = []
+        self.operations: list[dict[str, Any]] = []
+        self.asserted: set[str] = set()
+        objects = [(step.action, changes[step.uid]) for step in steps]
+        for action, change in objects:
+            if action == "delete":
                 self._delete(change.before)
-            elif step.action == "create":
-                self._create(txn, change.after)
-        for step in self.steps:  # references may name rows inserted above
-            change = self.changes[step.uid]
-            if step.action == "create":
-                self._finish(self.rows.get(change.after.key), change.after)
-            elif step.action == "update":
+            elif action == "create":
+                assert change.after is not None
+                if change.after.key in uuids:  # there already: treat as an update
+                    self._update(None, change.after)
+                else:
+                    self.names[change.after.key] = f"row{len(self.names)}"
+                    self.new_tables[change.after.key] = change.after.table
+        for action, change in objects:
+            if action == "create" and change.after is not None \
+                    and change.after.key in self.names:
+                self._insert(change.after)
+            elif action == "update":
                 self._update(change.before, change.after)
 
-    def post_commit(self, txn: Any) -> None:
-        self.rows.settle(txn)
+    def _ref(self, key: str) -> list[str] | None:
+        if key in self.names:
+            return ["named-uuid", self.names[key]]
+        found = self.uuids.get(key)
+        return ["uuid", found[1]] if found is not None else None
+
+    def _exists(self, key: str) -> list[str]:
+        """A reference to an existing row, asserted to still be there; or a new row's name."""
+        ref = self._ref(key)
+        if ref is None:
+            raise OvnError(f"{key} does not exist")
+        if ref[0] == "uuid" and key not in self.asserted:
+            self.asserted.add(key)
+            table = self.uuids[key][0]
+            self.operations.append({"op": "wait", "timeout": 0, "table": table,
+                                    "where": [["_uuid", "==", ref]], "columns": ["_uuid"],
+                                    "until": "==", "rows": [{"_uuid": ref}]})
+        return ref
 
     def _delete(self, obj: BackendObject | None) -> None:
         assert obj is not None
-        row = self.rows.get(obj.key)
-        if row is None:
+        found = self.uuids.get(obj.key)
+        if found is None:
             return  # already gone (a parent took it along): nothing to do
-        if obj.parent is not None:
-            parent = self.rows.get(obj.parent[0])
-            if parent is not None:
-                parent.delvalue(obj.parent[1], row)
-        row.delete()
-        self.rows.uuids.pop(obj.key, None)
+        ref = ["uuid", found[1]]
+        if obj.parent is not None and obj.parent[0] in self.uuids:
+            table, uuid = self.uuids[obj.parent[0]]
+            self.operations.append({"op": "mutate", "table": table,
+                                    "where": [["_uuid", "==", ["uuid", uuid]]],
+                                    "mutations": [[obj.parent[1], "delete", ["set", [ref]]]]})
+        self.operations.append({"op": "delete", "table": found[0],
+                                "where": [["_uuid", "==", ref]]})
+        self.deleted.append(obj.key)
 
-    def _create(self, txn: Any, obj: BackendObject | None) -> None:
-        assert obj is not None
-        row = self.rows.get(obj.key)  # there already: an earlier attempt did commit
-        if row is None:
-            row = txn.insert(self.rows.idl.tables[obj.table])
-        self.rows.pending[obj.key] = row
-
-    def _finish(self, row: Any, obj: BackendObject | None) -> None:
-        assert obj is not None
-        self._set_fields(row, obj, None)
+    def _insert(self, obj: BackendObject) -> None:
+        self.created.append(obj)
+        self.operations.append({"op": "insert", "table": obj.table, "uuid-name":
+                                self.names[obj.key], "row": self._row(obj, None)})
         if obj.parent is not None:
-            parent = self.rows.get(obj.parent[0])
-            if parent is None:
-                raise OvnError(f"{obj.key}: its parent {obj.parent[0]} does not exist")
-            parent.addvalue(obj.parent[1], row)
+            try:
+                parent = self._exists(obj.parent[0])
+            except OvnError as exc:
+                raise OvnError(f"{obj.key}: its parent {obj.parent[0]} does not exist") from exc
+            table = self.uuids[obj.parent[0]][0] if parent[0] == "uuid" else \
+                self.new_tables[obj.parent[0]]
+            child = ["named-uuid", self.names[obj.key]]
+            self.operations.append({"op": "mutate", "table": table,
+                                    "where": [["_uuid", "==", parent]],
+                                    "mutations": [[obj.parent[1], "insert", ["set", [child]]]]})
 
     def _update(self, before: BackendObject | None, after: BackendObject | None) -> None:
         assert after is not None
-        row = self.rows.get(after.key)
-        if row is None:
-            raise OvnError(f"{after.key} disappeared during the apply")
-        self._set_fields(row, after, before)
+        try:
+            ref = self._exists(after.key)
+        except OvnError as exc:
+            raise OvnError(f"{after.key} disappeared during the apply") from exc
+        self.operations.append({"op": "update", "table": self.uuids[after.key][0],
+                                "where": [["_uuid", "==", ref]],
+                                "row": self._row(after, before)})
 
-    def _set_fields(self, row: Any, obj: BackendObject, before: BackendObject | None) -> None:
-        columns = self.rows.idl.tables[obj.table].columns
-        for name, value in obj.fields.items():
-            if before is None or before.fields.get(name) != value:
-                setattr(row, name, _write(columns[name], value))
+    def _row(self, obj: BackendObject, before: BackendObject | None) -> dict[str, Any]:
+        columns = self.tables[obj.table].columns
+        row = {name: _value(value, columns[name].type) for name, value in obj.fields.items()
+               if before is None or before.fields.get(name) != value}
         for column in REF_COLUMNS.get(obj.table, ()):
             wanted = obj.refs.get(column, ())
             if before is not None and before.refs.get(column, ()) == wanted:
                 continue
-            targets = [self.rows.get(k) for k in wanted]
-            targets = [t for t in targets if t is not None]
-            setattr(row, column, targets[:1] if columns[column].type.is_optional() else targets)
-        row.external_ids = {**obj.meta, TAG_INSTALLATION: self.installation,
-                            TAG_OWNER: obj.owner, TAG_KEY: obj.key,
-                            TAG_HASH: obj.content_hash}
+            targets = [ref for ref in map(self._ref, wanted) if ref is not None]
+            if columns[column].type.is_optional():
+                targets = targets[:1]
+            row[column] = ["set", targets]
+        tags = {**obj.meta, TAG_INSTALLATION: self.installation, TAG_OWNER: obj.owner,
+                TAG_KEY: obj.key, TAG_HASH: obj.content_hash}
+        row["external_ids"] = ["map", sorted([k, v] for k, v in tags.items())]
+        return row
+
+    def check(self, results: list[Any]) -> None:
+        errors = [r for r in results if isinstance(r, dict) and r.get("error")]
+        if not errors:
+            return
+        first = errors[0]
+        if first["error"] == "timed out":  # a `wait`: a row we need is not as observed
+            raise OvnError("a row this transaction needs was deleted meanwhile (by someone "
+                           "else?); nothing of the transaction was written: plan again")
+        details = f" ({first['details']})" if first.get("details") else ""
+        raise OvnError(f"the Northbound database refused the transaction: "
+                       f"{first['error']}{details}")
+
+    def committed(self, uuids: dict[str, tuple[str, str]]) -> bool:
+        """After a lost reply: a transaction is atomic, so one inserted row tells.
+
+        One without inserts is simply run again: its deletes skip rows already gone,
+        and its updates write the same values.
+        """
+        return bool(self.created) and self.created[0].key in uuids
+
+    def settle(self, results: list[Any], uuids: dict[str, tuple[str, str]]) -> None:
+        """Remember the real UUIDs of the inserted rows, forget the deleted ones."""
+        inserted = [r["uuid"][1] for r, op in zip(results, self.operations, strict=False)
+                    if op["op"] == "insert"]
+        for obj, uuid in zip(self.created, inserted, strict=True):
+            uuids[obj.key] = (obj.table, uuid)
+        for key in self.deleted:
+            uuids.pop(key, None)
+
+
+def _value(value: Any, kind: Any) -> Any:
+    """A column value as OVSDB's JSON writes it."""
+    if kind.is_map():
+        return ["map", sorted([k, v] for k, v in value.items())]
+    if kind.is_optional():
+        return ["set", []] if value is None else value
+    if kind.is_set():
+        return ["set", list(value)]
+    return value
 
 
 class _SetGlobalTag:
