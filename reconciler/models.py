@@ -411,6 +411,8 @@ WORKLOAD_KINDS = ("ComputeInstance", "BaremetalInstance", "Cluster")
 
 def immutable_values(obj: _Resource) -> dict[str, Any]:
     """The values of an object's immutable fields, by path (list items numbered)."""
+    if not obj.immutable:
+        return {}
     data = obj.model_dump(by_alias=True, exclude_none=True)
     out: dict[str, Any] = {}
     for path in obj.immutable:

@@ -87,12 +87,17 @@ class Plan:
 
 def fingerprint(observed: Iterable[BackendObject]) -> str:
     """Of the observed state: a saved plan is only applied while this still holds."""
-    return content_hash(sorted((o.uid, o.content()) for o in observed))
+    return _digest(observed)
 
 
 def desired_digest(desired: Iterable[BackendObject]) -> str:
     """Of a desired state: recorded after an apply, to tell drift from repo changes."""
-    return content_hash(sorted((o.uid, o.content_hash) for o in desired))
+    return _digest(desired)
+
+
+def _digest(objects: Iterable[BackendObject]) -> str:
+    """All the objects' content, in uid order, encoded at once (not object by object)."""
+    return content_hash(sorted((o.uid, o.fields, o.refs, o.parent, o.meta) for o in objects))
 
 
 def drift_of(changes: list[Change], repo_unchanged: bool) -> set[str]:

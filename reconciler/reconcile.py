@@ -172,6 +172,10 @@ class Reconciler:
             self._last_plan_json = plan_to_json(self._last_plan)
         return self._last_plan_json
 
+    @property
+    def last_plan_has_changes(self) -> bool:
+        return self._last_plan is not None and bool(self._last_plan.has_changes)
+
     def _run(self, run: Run) -> None:
         if self.options.repo:
             folder, rev = self._pull()
@@ -676,13 +680,12 @@ def _once(reconciler: Reconciler, args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.observe(run)
         log_line(run)
-        plan = reconciler.last_plan
-        if plan is not None and plan["has_changes"]:
-            sys.stdout.write(render_text(plan, use_colour(sys.stdout)) + "\n")
+        if reconciler.last_plan_has_changes:
+            sys.stdout.write(render_text(reconciler.last_plan, use_colour(sys.stdout)) + "\n")
         print(headline(run))
         if os.environ.get("GITHUB_STEP_SUMMARY"):
             with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as out:
-                out.write(markdown_report(run, plan, reconciler.last_validation))
+                out.write(markdown_report(run, reconciler.last_plan, reconciler.last_validation))
         if os.environ.get("GITHUB_OUTPUT"):
             github_outputs(run, os.environ["GITHUB_OUTPUT"])
         return exit_code(run, args.detailed_exitcode)
