@@ -17,6 +17,7 @@ from typing import Any
 
 from .diff import NOOP, Change, diff
 from .errors import UnetError
+from .heap import paused_collection
 from .objects import BackendObject, index_objects
 from .order import Step
 from .plan import fingerprint
@@ -93,6 +94,7 @@ def confirm(plan_changes: list[Change], observed: list[BackendObject]) -> list[s
     """What is not as the plan said after applying it."""
     now = index_objects(observed)
     out = []
+    wanted: dict[str, BackendObject] = {}
     for change in plan_changes:
         if change.actions == (NOOP,):
             continue
@@ -101,10 +103,11 @@ def confirm(plan_changes: list[Change], observed: list[BackendObject]) -> list[s
             out.append(f"{change.uid} still exists")
         elif want is not None and have is None:
             out.append(f"{change.uid} is missing")
-        elif want is not None and have is not None:
-            delta = diff({want.uid: want}, {have.uid: have})[0]
-            if delta.actions != (NOOP,):
-                out.append(f"{change.uid}: {delta.reason}")
+        elif want is not None:
+            wanted[change.uid] = want
+    with paused_collection(freeze=False):  # one diff of them all, not one per object
+        deltas = diff(wanted, {uid: now[uid] for uid in wanted})
+    out += [f"{delta.uid}: {delta.reason}" for delta in deltas if delta.actions != (NOOP,)]
     return out
 
 

@@ -17,6 +17,7 @@ from .allocate import Allocations, allocate
 from .diagnostics import Diagnostic, json_pointer
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change, diff
 from .errors import UnetError
+from .heap import paused_collection
 from .model import Model
 from .models import immutable_values
 from .objects import (
@@ -147,9 +148,10 @@ def plan_between(base: Validation | None, head: Validation, inputs: dict[str, An
     if base is not None and not base.ok:
         base = None  # an invalid base stands for empty backends
     scope = changed_tenants(base, head) if base is not None else None
-    plan = _plan_between(base, head, inputs, scope)
-    if scope is not None and any(d.code == "EMPTY_DESIRED_STATE" for d in plan.diagnostics):
-        plan = _plan_between(base, head, inputs, None)  # only the whole picture can tell
+    with paused_collection(freeze=False):
+        plan = _plan_between(base, head, inputs, scope)
+        if scope is not None and any(d.code == "EMPTY_DESIRED_STATE" for d in plan.diagnostics):
+            plan = _plan_between(base, head, inputs, None)  # only the whole picture can tell
     return plan
 
 
@@ -205,6 +207,13 @@ def plan_live(head: Validation, managers: dict[str, Any], observed: list[Backend
     the desired state is still that one, every difference is drift. `hints` are
     objects of other managers, read only for the allocations they record.
     """
+    with paused_collection(freeze=False):
+        return _plan_live(head, managers, observed, inputs, applied, hints)
+
+
+def _plan_live(head: Validation, managers: dict[str, Any], observed: list[BackendObject],
+               inputs: dict[str, Any], applied: dict[str, str | None],
+               hints: Iterable[BackendObject]) -> Plan:
     desired = render_desired(head, observed_allocations([*observed, *hints]),
                              only=list(managers))
     prune = bool(desired.model.config.prune)

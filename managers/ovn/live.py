@@ -113,7 +113,7 @@ class Northbound:
         results = self._read(operations)
         ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
-        with paused_collection():
+        with paused_collection(freeze=False):
             observed = _observe(self.idl, ours, names, manager)
         self.uuids = observed.uuids
         return observed
