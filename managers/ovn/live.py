@@ -423,6 +423,9 @@ class _Wave:
         self.created: list[BackendObject] = []
         self.operations: list[dict[str, Any]] = []
         self.asserted: set[str] = set()
+        # (parent table, parent reference, column, "insert"|"delete") → children: one
+        # mutation per parent, not one per child (a region's switch holds thousands)
+        self.mutations: dict[tuple[str, str, str, str, str], list[list[str]]] = {}
         objects = [(step.action, changes[step.uid]) for step in steps]
         for action, change in objects:
             if action == "delete":
@@ -440,6 +443,15 @@ class _Wave:
                 self._insert(change.after)
             elif action == "update":
                 self._update(change.before, change.after)
+        for (table, kind, ref, column, mutator), children in self.mutations.items():
+            self.operations.append({"op": "mutate", "table": table,
+                                    "where": [["_uuid", "==", [kind, ref]]],
+                                    "mutations": [[column, mutator, ["set", children]]]})
+
+    def _mutate(self, table: str, parent: list[str], column: str, mutator: str,
+                child: list[str]) -> None:
+        self.mutations.setdefault((table, parent[0], parent[1], column, mutator),
+                                  []).append(child)
 
     def _ref(self, key: str) -> list[str] | None:
         if key in self.names:
@@ -468,9 +480,7 @@ class _Wave:
         ref = ["uuid", found[1]]
         if obj.parent is not None and obj.parent[0] in self.uuids:
             table, uuid = self.uuids[obj.parent[0]]
-            self.operations.append({"op": "mutate", "table": table,
-                                    "where": [["_uuid", "==", ["uuid", uuid]]],
-                                    "mutations": [[obj.parent[1], "delete", ["set", [ref]]]]})
+            self._mutate(table, ["uuid", uuid], obj.parent[1], "delete", ref)
         self.operations.append({"op": "delete", "table": found[0],
                                 "where": [["_uuid", "==", ref]]})
         self.deleted.append(obj.key)
@@ -486,10 +496,8 @@ class _Wave:
                 raise OvnError(f"{obj.key}: its parent {obj.parent[0]} does not exist") from exc
             table = self.uuids[obj.parent[0]][0] if parent[0] == "uuid" else \
                 self.new_tables[obj.parent[0]]
-            child = ["named-uuid", self.names[obj.key]]
-            self.operations.append({"op": "mutate", "table": table,
-                                    "where": [["_uuid", "==", parent]],
-                                    "mutations": [[obj.parent[1], "insert", ["set", [child]]]]})
+            self._mutate(table, parent, obj.parent[1], "insert",
+                         ["named-uuid", self.names[obj.key]])
 
     def _update(self, before: BackendObject | None, after: BackendObject | None) -> None:
         assert after is not None
