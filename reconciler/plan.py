@@ -7,6 +7,7 @@ input revisions, the exposure summary and the observed-state fingerprint.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -48,7 +49,7 @@ class Plan:
     mode: str  # "pr" (between two revisions) or "live" (against the backends)
     installation: str
     inputs: dict[str, Any]
-    fingerprint: str
+    observed: list[BackendObject]  # for the fingerprint, computed when asked for
     resources: list[ResourcePlan]
     changes: list[Change]
     waves: list[list[str]]
@@ -57,6 +58,11 @@ class Plan:
     drift_ids: set[str] = field(default_factory=set)
     desired_digests: dict[str, str] = field(default_factory=dict)  # per manager, live mode
     managers: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> plugin, config
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """Only a saved plan needs it; a plan applied at once skips hashing every row."""
+        return fingerprint(self.observed)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -123,7 +129,7 @@ def build_plan(mode: str, installation: str, inputs: dict[str, Any], changes: li
                diagnostics: list[Diagnostic], repo_unchanged: bool = False) -> Plan:
     waves = [[step.id for step in wave] for wave in order(changes)]
     drift = drift_of(changes, repo_unchanged) if mode == "live" else set()
-    return Plan(mode, installation, inputs, fingerprint(observed), resources, changes, waves,
+    return Plan(mode, installation, inputs, observed, resources, changes, waves,
                 diagnostics, exposure_of(changes), drift)
 
 
@@ -141,7 +147,7 @@ def restrict_to(plan: Plan, keep: set[str]) -> Plan:
                  for address, rows in sorted(owners.items())]
     waves = [[step.id for step in wave] for wave in order(changes)]
     return Plan(plan.mode, plan.installation, {**plan.inputs, "refresh_only": True},
-                plan.fingerprint, resources, changes, waves, plan.diagnostics,
+                plan.observed, resources, changes, waves, plan.diagnostics,
                 exposure_of(changes), keep & {c.uid for c in changes}, plan.desired_digests,
                 plan.managers)
 
