@@ -105,7 +105,7 @@ def confirm(plan_changes: list[Change], observed: list[BackendObject]) -> list[s
             out.append(f"{change.uid} is missing")
         elif want is not None:
             wanted[change.uid] = want
-    with paused_collection(freeze=False):  # one diff of them all, not one per object
+    with paused_collection(transient=True):  # one diff of them all, not one per object
         deltas = diff(wanted, {uid: now[uid] for uid in wanted})
     out += [f"{delta.uid}: {delta.reason}" for delta in deltas if delta.actions != (NOOP,)]
     return out

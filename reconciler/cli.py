@@ -13,6 +13,7 @@ from typing import Any
 from . import commands, reconcile
 from .diagnostics import codes_markdown
 from .errors import UnetError
+from .heap import before_exit
 from .load import DEFAULT_MAX_FILE_BYTES
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
@@ -235,6 +236,13 @@ def _cmd_bench_generate(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return _run(func, args)
+    finally:
+        before_exit()
+
+
+def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
         return func(args)
     except UnetError as exc:

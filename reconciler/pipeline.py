@@ -148,7 +148,7 @@ def plan_between(base: Validation | None, head: Validation, inputs: dict[str, An
     if base is not None and not base.ok:
         base = None  # an invalid base stands for empty backends
     scope = changed_tenants(base, head) if base is not None else None
-    with paused_collection(freeze=False):
+    with paused_collection(transient=True):
         plan = _plan_between(base, head, inputs, scope)
         if scope is not None and any(d.code == "EMPTY_DESIRED_STATE" for d in plan.diagnostics):
             plan = _plan_between(base, head, inputs, None)  # only the whole picture can tell
@@ -207,7 +207,7 @@ def plan_live(head: Validation, managers: dict[str, Any], observed: list[Backend
     the desired state is still that one, every difference is drift. `hints` are
     objects of other managers, read only for the allocations they record.
     """
-    with paused_collection(freeze=False):
+    with paused_collection(transient=True):
         return _plan_live(head, managers, observed, inputs, applied, hints)
 
 

@@ -123,6 +123,7 @@ class Reconciler:
         self.options = options
         self.state_dir = options.state_dir
         self._last_plan: Any = None  # the Plan of the last run
+        self.parsed: Any = None  # ParsedFiles: the last run's files, kept parsed
         self._last_plan_json: dict[str, Any] | None = None
         self.last_validation: Any = None
 
@@ -159,6 +160,8 @@ class Reconciler:
                 run.message = f"internal error: {type(exc).__name__}: {exc}"
                 if os.environ.get("UNET_DEBUG"):
                     traceback.print_exc()
+        if self.parsed is not None:
+            self.parsed.forget_unused()  # what this run's revisions no longer hold
         run.duration = round(time.monotonic() - started, 3)
         append_history(self.state_dir, run, self.options.history_size)
         return run
@@ -246,9 +249,11 @@ class Reconciler:
         from .model import Model
         from .pipeline import allocation_readers, managers_of
         from .plan import restrict_to
-        from .validate import revision_info, validate_repo
+        from .validate import ParsedFiles, revision_info, validate_repo
 
-        head = validate_repo(folder, rev, self.options.max_file_size)
+        if self.parsed is None:
+            self.parsed = ParsedFiles()
+        head = validate_repo(folder, rev, self.options.max_file_size, self.parsed)
         if not head.ok:
             errors = [d for d in head.diagnostics if d.is_error]
             run.errors = len(errors)
@@ -708,6 +713,9 @@ def _listen(metrics: Metrics, args: argparse.Namespace, state_dir: Path) -> Any:
 
 
 def _daemon(reconciler: Reconciler, args: argparse.Namespace) -> int:
+    from .heap import long_running
+
+    long_running()
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:

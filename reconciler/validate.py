@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,24 +52,38 @@ class _ParsedFile:
 
 
 class ParsedFiles:
-    """Files parsed and schema-checked once per path and Git blob.
+    """Files parsed and schema-checked once per path and content (the Git blob id, or a
+    hash of the file's bytes).
 
     Revisions that share a file (a pull request's base and head) share its
     documents and manifests too, so the planner can tell unchanged manifests
-    by identity.
+    by identity; a reconcile daemon parses only the files that changed since
+    its last run.
     """
 
     def __init__(self) -> None:
         self._files: dict[tuple[str, str], _ParsedFile] = {}
+        self._used: set[tuple[str, str]] = set()
 
     def parse(self, item: SourceFile, max_file_bytes: int) -> _ParsedFile:
+        if item.blob_id is None and item.size <= max_file_bytes:
+            content = item.read()
+            item = SourceFile(item.path, len(content), lambda: content,
+                              hashlib.sha1(content).hexdigest())
         key = (item.path, item.blob_id) if item.blob_id is not None else None
         found = self._files.get(key) if key is not None else None
         if found is None:
             found = _parse(item, max_file_bytes)
             if key is not None:
                 self._files[key] = found
+        if key is not None:
+            self._used.add(key)
         return found
+
+    def forget_unused(self) -> None:
+        """Keep only the files parsed or reused since the last call."""
+        self._files = {key: found for key, found in self._files.items() if key in self._used}
+        self._used = set()
 
 
 def _parse(item: SourceFile, max_file_bytes: int) -> _ParsedFile:

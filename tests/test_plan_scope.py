@@ -98,3 +98,23 @@ def test_a_scoped_plan_equals_the_whole_plan(repo: Path, edit: str) -> None:
     assert _comparable(scoped) == _comparable(whole)
     assert any(r.action != "no-op" for r in scoped.resources) == (edit != "nothing")
 
+
+
+def test_unchanged_files_of_a_folder_are_parsed_once(repo: Path) -> None:
+    """A reconcile daemon keeps its ParsedFiles: the next run parses only what changed."""
+    parsed = ParsedFiles()
+    first = validate_repo(repo, parsed=parsed)
+    parsed.forget_unused()
+    _add_vm(repo)
+    second = validate_repo(repo, parsed=parsed)
+    assert first.ok and second.ok
+    changed = "tenants/acme/compute.yaml"
+    before = {id(m) for m in first.manifests if m.doc.file != changed}
+    after = {id(m) for m in second.manifests if m.doc.file != changed}
+    assert before == after, "unchanged files reuse their manifests"
+    assert not {id(m) for m in first.manifests if m.doc.file == changed} & \
+        {id(m) for m in second.manifests}, "the edited file is parsed again"
+    assert any(m.name == "web-9" for m in second.manifests)
+    parsed.forget_unused()
+    third = validate_repo(repo, parsed=parsed)
+    assert {id(m) for m in third.manifests} == {id(m) for m in second.manifests}
