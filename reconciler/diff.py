@@ -102,16 +102,23 @@ def _field_changes(have: BackendObject, want: BackendObject) -> list[FieldChange
 
 
 def _same(have: BackendObject, want: BackendObject) -> bool:
+    """Equal in everything desired (stricter than the comparison below: the owner's
+    immutable tag counts too)."""
     return (have.fields == want.fields and have.parent == want.parent
-            and _set_refs(have) == _set_refs(want) and _plain_meta(have) == _plain_meta(want))
+            and (have.refs == want.refs or _set_refs(have) == _set_refs(want))
+            and _unhashed(have.meta) == _unhashed(want.meta))
+
+
+def _unhashed(meta: Mapping[str, str]) -> Mapping[str, str]:
+    if TAG_HASH not in meta:
+        return meta
+    out = dict(meta)
+    del out[TAG_HASH]
+    return out
 
 
 def _set_refs(obj: BackendObject) -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in obj.refs.items() if v}
-
-
-def _plain_meta(obj: BackendObject) -> dict[str, str]:
-    return {k: v for k, v in obj.meta.items() if k not in (TAG_IMMUTABLE, TAG_HASH)}
 
 
 def _comparable(obj: BackendObject) -> dict[str, Any]:

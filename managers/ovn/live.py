@@ -113,7 +113,7 @@ class Northbound:
         results = self._read(operations)
         ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
-        with paused_collection(freeze=False):
+        with paused_collection(transient=True):
             observed = _observe(self.idl, ours, names, manager)
         self.uuids = observed.uuids
         return observed
@@ -335,7 +335,7 @@ def _keys(ours: dict[str, list[dict[str, Any]]]
     key_of: dict[str, str] = {}
     uuids: dict[str, tuple[str, str]] = {}
     for table in MANAGED_COLUMNS:
-        found = sorted((_tags(row).get(TAG_KEY), row["_uuid"][1]) for row in ours[table])
+        found = sorted((_tag(row, TAG_KEY), row["_uuid"][1]) for row in ours[table])
         for key, uuid in found:
             if key is None:
                 continue
@@ -355,9 +355,11 @@ def _object(idl: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
         keys = tuple(sorted(key_of.get(t, f"foreign:{t}") for t in _atoms(row[column])))
         if keys:
             refs[column] = keys
-    tags = _tags(row)
-    meta = {k: v for k, v in tags.items() if k not in (TAG_INSTALLATION, TAG_OWNER, TAG_KEY)}
-    return BackendObject(manager, table, key_of[uuid], tags.get(TAG_OWNER, ""), fields, refs,
+    meta = dict(row["external_ids"][1])
+    owner = meta.pop(TAG_OWNER, "")
+    meta.pop(TAG_INSTALLATION, None)
+    meta.pop(TAG_KEY, None)
+    return BackendObject(manager, table, key_of[uuid], owner, fields, refs,
                          parent_of.get(uuid), frozenset(), meta)
 
 
@@ -374,8 +376,8 @@ def _decoders(idl: Any, table: str) -> list[tuple[str, Callable[[Any], Any]]]:
     return found
 
 
-def _tags(row: dict[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in row["external_ids"][1]}
+def _tag(row: dict[str, Any], name: str) -> str | None:
+    return next((value for key, value in row["external_ids"][1] if key == name), None)
 
 
 def _atom(value: Any) -> Any:

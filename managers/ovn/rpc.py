@@ -134,7 +134,7 @@ class Rpc:
 def _decode(buffer: bytearray) -> tuple[dict[str, Any], int] | None:
     """The first JSON object of `buffer` and where it ends; None while it is incomplete."""
     text = buffer.decode()
-    with paused_collection(freeze=False):
+    with paused_collection(transient=True):
         try:
             message, end = json.JSONDecoder().raw_decode(text)
         except ValueError:
