@@ -208,10 +208,10 @@ def plan_live(head: Validation, managers: dict[str, Any], observed: list[Backend
     objects of other managers, read only for the allocations they record.
     """
     with paused_collection(transient=True):
-        return _plan_live(head, managers, observed, inputs, applied, hints)
+        return _build_live_plan(head, managers, observed, inputs, applied, hints)
 
 
-def _plan_live(head: Validation, managers: dict[str, Any], observed: list[BackendObject],
+def _build_live_plan(head: Validation, managers: dict[str, Any], observed: list[BackendObject],
                inputs: dict[str, Any], applied: dict[str, str | None],
                hints: Iterable[BackendObject]) -> Plan:
     desired = render_desired(head, observed_allocations([*observed, *hints]),
