@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .load import SourceError
+from .processes import process_alive
 
 API = "network.osac.io/v1alpha1"
 GENERATOR_VERSION = 2  # bump whenever the generated text changes: invalidates cached repos
@@ -505,14 +506,14 @@ class NbServer:
             pid = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if _alive(pid) else None
+        return pid if process_alive(pid) else None
 
     def stop(self) -> None:
         pid = self.pid()
         if pid is not None:
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
-            while _alive(pid) and time.monotonic() < deadline:
+            while process_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.02)
         self.pidfile.unlink(missing_ok=True)
 
@@ -550,15 +551,6 @@ class NbServer:
         return [{name: _ovsdb_value(value) for name, value in zip(data["headings"], row,
                                                                  strict=True)}
                 for row in data["data"]]
-
-
-def _alive(pid: int) -> bool:
-    """True while the process runs; a zombie counts as stopped."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _ovsdb_value(value: Any) -> Any:
