@@ -170,17 +170,27 @@ class Northbound:
                 results = self._rpc().transact(wave.operations)
             except ConnectionLost as exc:
                 self.rpc = None
-                if time.monotonic() > deadline:
-                    raise OvnError(f"the Northbound database did not answer: {exc}") from exc
-                time.sleep(0.2)
-                with contextlib.suppress(ConnectionLost, OvnError):
-                    self.uuids = self._our_uuids(installation)
-                    if wave.committed(self.uuids):
-                        return
+                self._reread_uuids(installation, deadline, exc)
+                if wave.committed(self.uuids):
+                    return
                 continue
             wave.check(results)
             wave.settle(results, self.uuids)
             return
+
+    def _reread_uuids(self, installation: str, deadline: float, cause: Exception) -> None:
+        """After a lost connection: our rows as they are now, asked until the server
+        answers. Nothing is sent again before that, or a committed insert would be
+        inserted twice."""
+        while True:
+            if time.monotonic() > deadline:
+                raise OvnError(f"the Northbound database did not answer: {cause}") from cause
+            time.sleep(0.2)
+            try:
+                self.uuids = self._our_uuids(installation)
+                return
+            except OvnError:
+                continue
 
     def _hold_lock(self, installation: str, deadline: float) -> None:
         """Writes go on only while this run holds its lock (the IDL takes it again after a

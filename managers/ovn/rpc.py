@@ -41,6 +41,7 @@ class Rpc:
         self.remote = remote
         self.timeout = timeout
         self.stream: Any = None
+        self.pending = bytearray()  # received, not yet decoded
         self.next_id = 0
 
     def close(self) -> None:
