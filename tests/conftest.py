@@ -33,6 +33,13 @@ def lab(tmp_path: Path):
         yield running
 
 
+@pytest.fixture
+def repo(example_copy: Path, lab) -> Path:
+    """The example repo, pointed at the lab's Northbound database."""
+    use_northbound(example_copy, lab.nb_remote)
+    return example_copy
+
+
 def use_northbound(repo: Path, remote: str) -> None:
     """Point the repo's ovn NetworkManager at `remote` instead of the embedded database."""
     managers = repo / "provider" / "managers.yaml"

@@ -9,7 +9,6 @@ Every daemon a test starts itself is stopped by its pid, also when it fails.
 from __future__ import annotations
 
 import contextlib
-import functools
 import ipaddress
 import json
 import os
@@ -29,165 +28,30 @@ import pytest
 
 from reconciler.processes import process_alive
 
-from .conftest import ROOT, use_northbound
+from .conftest import use_northbound
 from .ovnlab import NB_SCHEMA, OvnLab
+from .ovnrun import (
+    INSTALLATION,
+    TABLES,
+    add_instance,
+    apply,
+    assert_noop,
+    dump,
+    nbctl_list,
+    northd_problems,
+    ours,
+    plan,
+    plan_json,
+    reaped,
+    row_named,
+    rows,
+    spawn,
+    unet,
+    unet_env,
+    wait_for_text,
+)
 
-INSTALLATION = "example"
-ROOT_TABLES = ("Logical_Switch", "Logical_Router", "Port_Group", "Address_Set", "DHCP_Options")
-TABLES = (*ROOT_TABLES, "Logical_Switch_Port", "Logical_Router_Port", "ACL", "NAT",
-          "Logical_Router_Static_Route", "Gateway_Chassis")
 BENCH_TENANTS = 100
-
-
-# --- running unet ---------------------------------------------------------------------------
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "UNET_DEBUG"}
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONPATH"] = str(ROOT)
-    return env
-
-
-def unet(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run the unet command line; its output never holds a traceback."""
-    result = subprocess.run([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
-                            env=_env(), capture_output=True, text=True, timeout=timeout,
-                            check=False)
-    assert "Traceback" not in result.stderr + result.stdout, result.stderr
-    assert "internal error" not in result.stderr, result.stderr
-    return result
-
-
-def apply(cwd: Path, repo: Path | str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return unet(cwd, "apply", str(repo), "--auto-approve", "--manager", "ovn", *extra)
-
-
-def plan(cwd: Path, repo: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return unet(cwd, "plan", str(repo), "--manager", "ovn", *extra)
-
-
-def plan_json(cwd: Path, repo: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    result = plan(cwd, repo, "--format", "json", "--detailed-exitcode", *extra)
-    return result.returncode, json.loads(result.stdout)
-
-
-def assert_noop(cwd: Path, repo: Path) -> None:
-    result = plan(cwd, repo, "--detailed-exitcode")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "No changes." in result.stdout
-
-
-def spawn(cwd: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
-    """unet in the background, its output in files (a full pipe would stall it)."""
-    out, err = cwd / f"out.{time.monotonic_ns()}", cwd / f"err.{time.monotonic_ns()}"
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
-                                env=_env(), stdout=stdout, stderr=stderr)
-    return proc, out, err
-
-
-def wait_for_text(proc: subprocess.Popen[bytes], files: tuple[Path, ...], text: str,
-                  timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not any(text in f.read_text(errors="replace") for f in files):
-        if proc.poll() is not None:
-            raise AssertionError(f"unet exited ({proc.returncode}) before printing {text!r}: "
-                                 + files[-1].read_text())
-        if time.monotonic() > deadline:
-            raise AssertionError(f"unet did not print {text!r} within {timeout} s")
-        time.sleep(0.005)
-
-
-@contextlib.contextmanager
-def reaped(proc: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
-    """Kill the process (by its pid) if the test leaves it running."""
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-
-
-# --- reading the Northbound database with ovn-nbctl -----------------------------------------
-
-
-@functools.cache
-def _schema() -> dict[str, Any]:
-    return json.loads(Path(NB_SCHEMA).read_text())["tables"]  # type: ignore[no-any-return]
-
-
-def _atom(value: Any) -> Any:
-    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "named-uuid"):
-        return value[1]
-    return value
-
-
-def _value(table: str, column: str, value: Any) -> Any:
-    """As ovsdbapp shows it: sets as sorted lists, optional values as value or None."""
-    kind = _schema()[table]["columns"].get(column, {}).get("type", "string")
-    if isinstance(value, list) and value and value[0] == "map":
-        return {_atom(k): _atom(v) for k, v in value[1]}
-    items = value[1] if isinstance(value, list) and value and value[0] == "set" else [value]
-    items = [_atom(v) for v in items]
-    if not isinstance(kind, dict) or kind.get("max", 1) == 1:
-        return items[0] if items else None
-    return sorted(items, key=str)
-
-
-def rows(remote: str, table: str) -> list[dict[str, Any]]:
-    result = subprocess.run(["ovn-nbctl", f"--db={remote}", "--format=json", "list", table],
-                            capture_output=True, text=True, check=True)
-    data = json.loads(result.stdout)
-    return [{column: _value(table, column, value)
-             for column, value in zip(data["headings"], row, strict=True)}
-            for row in data["data"]]
-
-
-def ours(remote: str, table: str, installation: str = INSTALLATION) -> list[dict[str, Any]]:
-    return [r for r in rows(remote, table)
-            if r["external_ids"].get("unet:installation") == installation]
-
-
-def row_named(remote: str, table: str, name: str) -> dict[str, Any]:
-    found = [r for r in rows(remote, table) if r.get("name") == name]
-    assert len(found) == 1, f"{table} {name}: {len(found)} rows"
-    return found[0]
-
-
-def dump(remote: str) -> dict[str, list[dict[str, Any]]]:
-    """Every row unet could touch, for comparing before and after."""
-    return {table: sorted(rows(remote, table), key=lambda r: r["_uuid"]) for table in TABLES}
-
-
-def nbctl_list(remote: str, table: str, uuid: str) -> str:
-    return subprocess.run(["ovn-nbctl", f"--db={remote}", "list", table, uuid],
-                          capture_output=True, text=True, check=True).stdout
-
-
-def northd_problems(lab: OvnLab, expected: tuple[str, ...] = ()) -> list[str]:
-    """ovn-northd's errors and warnings, but for a slow machine's and those `expected`."""
-    log = (lab.root / "northd.log").read_text()
-    return [line for line in log.splitlines() if ("|ERR|" in line or "|WARN|" in line)
-            and "|timeval|" not in line and not any(e in line for e in expected)]
-
-
-# --- repo edits -----------------------------------------------------------------------------
-
-
-def add_instance(repo: Path, name: str, subnet: str = "web", group: str = "web") -> None:
-    with (repo / "tenants" / "acme" / "compute.yaml").open("a") as out:
-        out.write(f"---\napiVersion: network.osac.io/v1alpha1\nkind: ComputeInstance\n"
-                  f"metadata:\n  name: {name}\nspec:\n  networkAttachments:\n"
-                  f"    - subnet: {subnet}\n      securityGroups: [{group}]\n")
-
-
-@pytest.fixture
-def repo(example_copy: Path, lab: OvnLab) -> Path:
-    """The example repo, pointed at the lab's Northbound database."""
-    use_northbound(example_copy, lab.nb_remote)
-    return example_copy
 
 
 # --- 1. the example repo, applied -----------------------------------------------------------
@@ -705,7 +569,7 @@ def test_second_run_waits_for_the_lock_then_fails_naming_the_holder(
     out = tmp_path / "first.out"
     with out.open("wb") as stdout:
         first = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
-                                  "--manager", "ovn"], cwd=tmp_path, env=_env(), stdin=terminal,
+                                  "--manager", "ovn"], cwd=tmp_path, env=unet_env(), stdin=terminal,
                                  stdout=stdout, stderr=subprocess.STDOUT)
     os.close(terminal)
     try:
