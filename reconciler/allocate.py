@@ -5,19 +5,27 @@ takes what is already allocated there (observed) and the validated model, keeps
 every observed allocation that is still valid, and gives everything new the
 lowest free value, in a fixed order, so the same inputs always give the same
 result. Nothing here does I/O.
+
+An allocation in use never moves to another owner: every value the backends hold
+(for a desired object, or for one kept because pruning is off, or deleted later in
+the same apply) is never handed out again, and a fixed value that another owner
+holds is refused (`ADDRESS_CONFLICT`), never taken from it.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import netaddr
 
 from .check.context import AddressSpace
+from .load import Path_
 from .model import Model
-from .objects import UNKNOWN
+from .objects import UNKNOWN, Held
 from .schema import Manifest
 
 
@@ -25,13 +33,27 @@ from .schema import Manifest
 class Allocation:
     value: str
     known: bool = True  # False: chosen here, but only the apply makes it true (PR mode)
+    scope: str | None = None  # the Subnet of a port address, MAC or VIP
+
+    def held(self) -> Held:
+        return Held(self.value, self.scope)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationProblem:
+    """What could not be allocated, and the manifest field that asked for it."""
+
+    code: str
+    message: str
+    manifest: Manifest | None = None
+    path: Path_ = ()
+    hint: str | None = None
 
 
 @dataclass
 class Allocations:
     values: dict[str, Allocation] = field(default_factory=dict)
-    # (code, message): what could not be allocated, e.g. a subnet with no free address
-    problems: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[AllocationProblem] = field(default_factory=list)
 
     def get(self, key: str) -> Allocation | None:
         return self.values.get(key)
@@ -68,10 +90,27 @@ def router_gateway_key(tenant: str | None, vn: str) -> str:
     return f"gateway/{tenant}/{vn}"
 
 
+def holder_of(key: str) -> str:
+    """The resource an allocation key belongs to, as Kind/tenant/name (nothing secret)."""
+    kind, _, rest = key.partition("/")
+    parts = rest.split("/")
+    if kind in ("ipv4", "ipv6", "mac") and len(parts) == 4:
+        return f"{parts[1]}/{parts[0]}/{parts[2]}"
+    named = {"vip": "Cluster", "eip": "ExternalIP", "gateway": "VirtualNetwork",
+             "segment": "Subnet"}.get(kind)
+    return f"{named}/{parts[0]}/{parts[1]}" if named and len(parts) >= 2 else key
+
+
 # --- the stage ------------------------------------------------------------------------------
 
+#: Said of every fixed value another owner holds.
+_HAND_OVER = ("pick a free value, or leave the field out to have one allocated; to hand this "
+              "one over, remove it from its holder and apply that first, then claim it")
 
-def allocate(model: Model, observed: Mapping[str, str], new_are_unknown: bool = False
+Attachment = tuple[str, int, Manifest, Any]  # (port key, index, workload, attachment)
+
+
+def allocate(model: Model, observed: Mapping[str, Held], new_are_unknown: bool = False
              ) -> Allocations:
     """All allocations of the model; observed ones are kept when still valid."""
     out = Allocations()
@@ -80,28 +119,42 @@ def allocate(model: Model, observed: Mapping[str, str], new_are_unknown: bool = 
 
 
 class _Allocator:
-    def __init__(self, model: Model, observed: Mapping[str, str], new_are_unknown: bool,
+    def __init__(self, model: Model, observed: Mapping[str, Held], new_are_unknown: bool,
                  out: Allocations) -> None:
         self.model = model
         self.installation = model.installation
         self.observed = observed
+        self.held = _Holdings(observed)
         self.new_known = not new_are_unknown
         self.out = out
 
     def run(self) -> None:
         """Segment ids and external addresses are shared by all tenants: always allocated
         for the whole revision. Subnet addresses only for the tenants the model shows."""
-        self.held = _held_addresses(self.observed)
         self._segments()
         for subnet in self.model.kind("Subnet"):
             self._subnet_addresses(subnet)
         self._external_addresses()
 
-    def _keep(self, key: str, value: str) -> None:
-        self.out.values[key] = Allocation(value, True)
+    def _keep(self, key: str, value: str, scope: str | None = None) -> None:
+        self.out.values[key] = Allocation(value, True, scope)
 
-    def _new(self, key: str, value: str) -> None:
-        self.out.values[key] = Allocation(value if self.new_known else UNKNOWN, self.new_known)
+    def _new(self, key: str, value: str, scope: str | None = None) -> None:
+        self.out.values[key] = Allocation(value if self.new_known else UNKNOWN, self.new_known,
+                                          scope)
+
+    def _seen(self, key: str) -> str | None:
+        found = self.observed.get(key)
+        return found.value if found is not None else None
+
+    def _claim(self, key: str, value: int, holders: Mapping[int, str], shown: str,
+               manifest: Manifest, path: Path_) -> None:
+        """A fixed value: refused when another owner's allocation holds it."""
+        holder = holders.get(value)
+        if holder is not None and holder != key:
+            self.out.problems.append(AllocationProblem(
+                "ADDRESS_CONFLICT", f"{shown} is held by {holder_of(holder)}; an address in "
+                "use never moves to another owner", manifest, path, _HAND_OVER))
 
     # segment ids: unique per k8s manager (one physical network), from the class's range
     def _segments(self) -> None:
@@ -110,17 +163,22 @@ class _Allocator:
             cls = self.model.class_of(subnet.tenant, subnet.obj.spec.virtual_network)
             if cls is not None and cls.obj.spec.k8s_manager is not None:
                 groups.setdefault(cls.obj.spec.k8s_manager, []).append((subnet, cls))
+        desired = {segment_key(s.tenant, s.name) for members in groups.values()
+                   for s, _cls in members}
+        # Which physical network a kept or removed subnet's segment is on is not known
+        # here: its id is held on all of them.
+        stray = {value for key, value in self.held.segments.items() if key not in desired}
         for members in groups.values():
-            used: set[int] = set()
+            used: set[int] = set(stray)
             pending: list[tuple[Manifest, Manifest]] = []
             for subnet, cls in sorted(members, key=lambda pair: pair[0].ref):
                 key = segment_key(subnet.tenant, subnet.name)
-                seen = self.observed.get(key)
+                seen = self.held.segments.get(key)
                 seg_range = cls.obj.spec.segment_range
-                if seen is not None and seen.isdigit() and int(seen) not in used \
-                        and seg_range.start <= int(seen) <= seg_range.end:
-                    used.add(int(seen))
-                    self._keep(key, seen)
+                if seen is not None and seen not in used \
+                        and seg_range.start <= seen <= seg_range.end:
+                    used.add(seen)
+                    self._keep(key, str(seen))
                 else:
                     pending.append((subnet, cls))
             for subnet, cls in pending:
@@ -128,9 +186,10 @@ class _Allocator:
                 free = next((s for s in range(seg_range.start, seg_range.end + 1)
                              if s not in used), None)
                 if free is None:
-                    self.out.problems.append(("SEGMENT_RANGE_EXHAUSTED",
-                                              f"no free segment id for {subnet.ref} in "
-                                              f"{seg_range.start}-{seg_range.end}"))
+                    self.out.problems.append(AllocationProblem(
+                        "SEGMENT_RANGE_EXHAUSTED", f"no free segment id for {subnet.ref} in "
+                        f"{seg_range.start}-{seg_range.end}", subnet, ("spec",),
+                        "make room (a larger segmentRange, fewer subnets) and plan again"))
                     continue
                 used.add(free)
                 self._new(segment_key(subnet.tenant, subnet.name), str(free))
@@ -143,98 +202,103 @@ class _Allocator:
         for version, space in spaces.items():
             self._addresses(subnet, version, space, attachments)
 
-    def _attachments_of(self, subnet: Manifest) -> Iterator[tuple[str, Manifest, object]]:
+    def _attachments_of(self, subnet: Manifest) -> Iterator[Attachment]:
         for workload in self.model.workloads_by_subnet.get((subnet.tenant, subnet.name), ()):
             for index, attachment in enumerate(workload.obj.spec.network_attachments):
                 if attachment.subnet == subnet.name:
-                    yield port_key(workload, index), workload, attachment
+                    yield port_key(workload, index), index, workload, attachment
 
-    def _macs(self, subnet: Manifest, attachments: list[tuple[str, Manifest, object]]) -> None:
-        used = {int(netaddr.EUI(a.mac_address)) for _p, _w, a in attachments
-                if a.mac_address is not None}  # type: ignore[attr-defined]
-        for port, _workload, attachment in attachments:
+    def _macs(self, subnet: Manifest, attachments: list[Attachment]) -> None:
+        held = self.held.macs(subnet)
+        used: set[int] = set()
+        for port, _index, _workload, attachment in attachments:
             key = mac_of_port(port)
-            fixed = attachment.mac_address  # type: ignore[attr-defined]
-            if fixed is not None:
-                self._keep(key, str(netaddr.EUI(fixed, dialect=netaddr.mac_unix_expanded)))
-                continue
-            seen = self.observed.get(key)
-            if seen is not None and _mac_int(seen) not in used:
+            seen = self._seen(key)
+            if attachment.mac_address is None and seen is not None \
+                    and _mac_int(seen) not in used:
                 used.add(_mac_int(seen))
-                self._keep(key, seen)
-                continue
-            mac = derived_mac(self.installation, port, used)
-            used.add(_mac_int(mac))
-            self._keep(key, mac)  # derived from identity: known even before apply
+                self._keep(key, seen, subnet.ref)
+        for port, index, workload, attachment in attachments:
+            if attachment.mac_address is not None:
+                key, mac = mac_of_port(port), netaddr.EUI(attachment.mac_address)
+                shown = str(netaddr.EUI(mac, dialect=netaddr.mac_unix_expanded))
+                self._claim(key, int(mac), held, shown, workload,
+                            ("spec", "networkAttachments", index, "macAddress"))
+                used.add(int(mac))
+                self._keep(key, shown, subnet.ref)
+        used |= held.keys()
+        for port, _index, _workload, _attachment in attachments:
+            key = mac_of_port(port)
+            if key not in self.out.values:
+                mac = derived_mac(self.installation, port, used)
+                used.add(_mac_int(mac))
+                self._keep(key, mac, subnet.ref)  # derived from identity: known before apply
 
     def _addresses(self, subnet: Manifest, version: int, space: AddressSpace,
-                   attachments: list[tuple[str, Manifest, object]]) -> None:
+                   attachments: list[Attachment]) -> None:
+        held = self.held.addresses(subnet, version, space)
         taken = set(space.reserved)
-        wanted: list[str] = []
         fixed_field = "ip_address" if version == 4 else "ipv6_address"
-        for port, _workload, attachment in attachments:
+        claims: list[tuple[str, str, Manifest, Path_]] = []
+        wanted: list[str] = []
+        for port, index, workload, attachment in attachments:
             fixed = getattr(attachment, fixed_field)
+            key = ip_of_port(port, version)
             if fixed is not None:
-                taken.add(int(netaddr.IPAddress(fixed)))
-                self._keep(ip_of_port(port, version), str(netaddr.IPAddress(fixed)))
+                claims.append((key, fixed, workload, ("spec", "networkAttachments", index,
+                                                      "ipAddress" if version == 4
+                                                      else "ipv6Address")))
             else:
-                wanted.append(ip_of_port(port, version))
-        vips = self._vips(subnet, version)
-        for key, fixed in vips:
+                wanted.append(key)
+        vip_keys: list[str] = []
+        for key, fixed, cluster, field_name in self._vips(subnet, version):
             if fixed is not None:
-                taken.add(int(netaddr.IPAddress(fixed)))
-                self._keep(key, str(netaddr.IPAddress(fixed)))
-        vip_keys = [key for key, fixed in vips if fixed is None]
-        keep_in_vip_block = set(vip_keys)
-        for key in [*wanted, *vip_keys]:  # keep what was observed before choosing anything new
-            seen = self.observed.get(key)
-            if seen is None:
-                continue
-            value = _ip_int(seen, version)
-            in_block = space.vip_block is not None and \
-                space.vip_block[0] <= (value or 0) <= space.vip_block[1]
-            if value is not None and space.net.first <= value <= space.net.last \
-                    and value not in taken and \
-                    (not in_block or key in keep_in_vip_block):
-                taken.add(value)
-                self._keep(key, seen)
-        taken |= self._held_elsewhere((subnet.tenant, version), space, {*wanted, *vip_keys})
+                claims.append((key, fixed, cluster, ("spec", field_name)))
+            else:
+                vip_keys.append(key)
         block = space.vip_block
+        for key in [*wanted, *vip_keys]:  # what is held stays where it is
+            value = _ip_int(self._seen(key) or "", version)
+            in_block = block is not None and block[0] <= (value or 0) <= block[1]
+            if value is not None and space.net.first <= value <= space.net.last \
+                    and value not in taken and (not in_block or key in vip_keys):
+                taken.add(value)
+                self._keep(key, str(netaddr.IPAddress(value, version)), subnet.ref)
+        for key, fixed, manifest, path in claims:
+            address = netaddr.IPAddress(fixed)
+            self._claim(key, int(address), held, str(address), manifest, path)
+            taken.add(int(address))
+            self._keep(key, str(address), subnet.ref)
+        taken |= held.keys()
         vip_ranges = [block] if block is not None else space.ranges
         for keys, ranges, skip in ((wanted, space.ranges, block), (vip_keys, vip_ranges, None)):
             self._hand_out(keys, _FreeAddresses(ranges, taken, skip), taken, version,
-                           f"subnet {subnet.ref}")
+                           f"subnet {subnet.ref}", subnet, subnet.ref)
 
-    def _vips(self, subnet: Manifest, version: int) -> list[tuple[str, str | None]]:
-        out: list[tuple[str, str | None]] = []
+    def _vips(self, subnet: Manifest, version: int
+              ) -> list[tuple[str, str | None, Manifest, str]]:
+        """(key, fixed value, cluster, field) of the VIPs of clusters on this subnet."""
+        out: list[tuple[str, str | None, Manifest, str]] = []
         for cluster in self.model.workloads_by_subnet.get((subnet.tenant, subnet.name), ()):
             spec = cluster.obj.spec
             if cluster.kind != "Cluster" or spec.network_attachments[0].subnet != subnet.name:
                 continue
-            for endpoint, fixed in (("api", spec.api_vip), ("ingress", spec.ingress_vip)):
+            for endpoint, field_name, fixed in (("api", "apiVip", spec.api_vip),
+                                                ("ingress", "ingressVip", spec.ingress_vip)):
                 if fixed is not None and _ip_int(fixed, version) is None:
                     continue
                 if fixed is None and version != 4:
                     continue  # allocated VIPs are IPv4, like the VIP block
-                out.append((vip_key(cluster.tenant, cluster.name, endpoint), fixed))
+                out.append((vip_key(cluster.tenant, cluster.name, endpoint), fixed, cluster,
+                            field_name))
         return out
-
-    def _held_elsewhere(self, group: tuple[str | None, int], space: AddressSpace,
-                        mine: set[str]) -> set[int]:
-        """Addresses of `space` held by observed objects other than `mine`.
-
-        They are not handed out again in the same run: a port kept because prune is
-        off, or one deleted in a later wave, would otherwise share its address.
-        """
-        return {value for key, value in self.held.get(group, ())
-                if key not in mine and space.net.first <= value <= space.net.last}
 
     # external addresses: ExternalIPs, and router gateway ports without a NATGateway
     def _external_addresses(self) -> None:
-        per_pool: dict[str, list[tuple[str, str | None]]] = {}
+        per_pool: dict[str, list[tuple[str, Manifest | None]]] = {}
         for eip in self.model.full.kind("ExternalIP"):
             per_pool.setdefault(eip.obj.spec.pool, []).append(
-                (external_key(eip.tenant, eip.name), eip.obj.spec.address))
+                (external_key(eip.tenant, eip.name), eip))
         for tenant, vn, pool in self.model.full.gateway_pools():
             per_pool.setdefault(pool, []).append((router_gateway_key(tenant, vn), None))
         for pool_name, wanted in sorted(per_pool.items()):
@@ -243,26 +307,30 @@ class _Allocator:
                 self._pool(pool_name, space, wanted)
 
     def _pool(self, pool_name: str, space: AddressSpace,
-              wanted: list[tuple[str, str | None]]) -> None:
+              wanted: list[tuple[str, Manifest | None]]) -> None:
         version = space.net.version
+        held = self.held.external(version, space)
         taken = set(space.reserved)
-        for key, fixed in wanted:
-            if fixed is not None:
-                taken.add(int(netaddr.IPAddress(fixed)))
-                self._keep(key, str(netaddr.IPAddress(fixed)))
-        for key, fixed in wanted:
-            seen = self.observed.get(key)
-            value = _ip_int(seen, version) if seen is not None and fixed is None else None
-            if value is not None and value not in taken and \
+        fixed = {key: eip for key, eip in wanted
+                 if eip is not None and eip.obj.spec.address is not None}
+        for key, _eip in wanted:
+            value = _ip_int(self._seen(key) or "", version)
+            if key not in fixed and value is not None and value not in taken and \
                     any(a <= value <= b for a, b in space.ranges):
                 taken.add(value)
                 self._keep(key, str(netaddr.IPAddress(value, version)))
-        taken |= self._held_elsewhere(("external", version), space, {k for k, _f in wanted})
-        self._hand_out([k for k, _f in wanted], _FreeAddresses(space.ranges, taken, None),
-                       taken, version, f"ExternalIPPool {pool_name}")
+        for key, eip in fixed.items():
+            address = netaddr.IPAddress(eip.obj.spec.address)
+            self._claim(key, int(address), held, str(address), eip, ("spec", "address"))
+            taken.add(int(address))
+            self._keep(key, str(address))
+        taken |= held.keys()
+        self._hand_out([k for k, _eip in wanted], _FreeAddresses(space.ranges, taken, None),
+                       taken, version, f"ExternalIPPool {pool_name}",
+                       self.model.get("ExternalIPPool", None, pool_name))
 
     def _hand_out(self, keys: list[str], free: _FreeAddresses, taken: set[int], version: int,
-                  where: str) -> None:
+                  where: str, manifest: Manifest | None, scope: str | None = None) -> None:
         """The lowest free address to each key that has none yet."""
         for key in keys:
             if key in self.out.values:
@@ -271,28 +339,59 @@ class _Allocator:
             if value is None:
                 code = "POOL_EXHAUSTED" if where.startswith("ExternalIPPool") \
                     else "SUBNET_TOO_SMALL"
-                self.out.problems.append((code, f"{where} has no free IPv{version} address "
-                                                f"for {key}"))
+                self.out.problems.append(AllocationProblem(
+                    code, f"{where} has no free IPv{version} address for {key}", manifest,
+                    ("spec",), "make room (a larger range or subnet, fewer consumers) and "
+                    "plan again"))
                 continue
             taken.add(value)
-            self._new(key, str(netaddr.IPAddress(value, version)))
+            self._new(key, str(netaddr.IPAddress(value, version)), scope)
 
 
-def _held_addresses(observed: Mapping[str, str]) -> dict[tuple[str | None, int],
-                                                        list[tuple[str, int]]]:
-    """Observed addresses by (tenant, family) for ports and VIPs, ("external", family) else."""
-    out: dict[tuple[str | None, int], list[tuple[str, int]]] = {}
-    for key, text in observed.items():
-        kind, _, rest = key.partition("/")
-        if kind not in ("ipv4", "ipv6", "vip", "eip", "gateway"):
-            continue
-        try:
-            ip = netaddr.IPAddress(text, flags=netaddr.INET_PTON)
-        except (netaddr.AddrFormatError, TypeError, ValueError):
-            continue
-        owner = "external" if kind in ("eip", "gateway") else rest.split("/", 1)[0]
-        out.setdefault((owner, ip.version), []).append((key, int(ip)))
-    return out
+class _Holdings:
+    """The observed allocations, by the space each one is drawn from."""
+
+    def __init__(self, observed: Mapping[str, Held]) -> None:
+        self.segments: dict[str, int] = {}
+        # ports' addresses and MACs, VIPs: by subnet, or by tenant when the subnet is unknown
+        self._in_subnet: dict[str, list[tuple[str, str, Held]]] = defaultdict(list)
+        self._in_tenant: dict[str, list[tuple[str, str, Held]]] = defaultdict(list)
+        self._external: list[tuple[str, Held]] = []
+        for key, held in observed.items():
+            kind, _, rest = key.partition("/")
+            if kind == "segment" and held.value.isdigit():
+                self.segments[key] = int(held.value)
+            elif kind in ("ipv4", "ipv6", "vip", "mac"):
+                if held.scope is not None:
+                    self._in_subnet[held.scope].append((kind, key, held))
+                else:
+                    self._in_tenant[rest.split("/", 1)[0]].append((kind, key, held))
+            elif kind in ("eip", "gateway"):
+                self._external.append((key, held))
+
+    def _of(self, subnet: Manifest) -> list[tuple[str, str, Held]]:
+        return [*self._in_subnet.get(subnet.ref, ()), *self._in_tenant.get(str(subnet.tenant), ())]
+
+    def addresses(self, subnet: Manifest, version: int, space: AddressSpace) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for kind, key, held in self._of(subnet):
+            value = _ip_int(held.value, version) if kind != "mac" else None
+            if value is not None and space.net.first <= value <= space.net.last:
+                out.setdefault(value, key)
+        return out
+
+    def macs(self, subnet: Manifest) -> dict[int, str]:
+        return {_mac_int(held.value): key for kind, key, held in self._of(subnet)
+                if kind == "mac"}
+
+    def external(self, version: int, space: AddressSpace) -> dict[int, str]:
+        """Pools never overlap: an external address is held in the pool that holds it."""
+        out: dict[int, str] = {}
+        for key, held in self._external:
+            value = _ip_int(held.value, version)
+            if value is not None and space.net.first <= value <= space.net.last:
+                out.setdefault(value, key)
+        return out
 
 
 class _FreeAddresses:

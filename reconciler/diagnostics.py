@@ -92,7 +92,10 @@ CODES: dict[str, CodeInfo] = {
     "ADDRESS_INVALID": CodeInfo(
         "Addresses", _E, "a fixed address outside its subnet/pool, or reserved, or excluded"
     ),
-    "ADDRESS_CONFLICT": CodeInfo("Addresses", _E, "two consumers claim the same address"),
+    "ADDRESS_CONFLICT": CodeInfo(
+        "Addresses", _E, "two consumers claim the same address, or (at plan time) a fixed "
+        "value is held by another owner in the backends"
+    ),
     "POOL_OVERLAP": CodeInfo(
         "Addresses", _E, "ExternalIPPools overlap each other or a tenant network of the region"
     ),

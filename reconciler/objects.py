@@ -30,13 +30,34 @@ TAG_PROTECTED = "unet:protected"
 TAG_ALLOCATION = "unet:alloc:"
 
 
-def observed_allocations(objects: Iterable[BackendObject]) -> dict[str, str]:
-    """Allocation key → value, as recorded on the observed objects."""
-    out: dict[str, str] = {}
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An allocation recorded on a backend object (principle 2).
+
+    `scope` is the resource whose address space the value was drawn from, when the
+    object lives inside that resource's object (a port inside its subnet's switch):
+    the same address may be held once per subnet, and subnets of different networks
+    may overlap.
+    """
+
+    value: str
+    scope: str | None = None
+
+
+def observed_allocations(objects: Iterable[BackendObject]) -> dict[str, Held]:
+    """Allocation key → what holds it, as recorded on the observed objects."""
+    objects = list(objects)
+    owners = {(obj.manager, obj.key): obj.owner for obj in objects}
+    out: dict[str, Held] = {}
     for obj in objects:
+        scope = owners.get((obj.manager, obj.parent[0])) if obj.parent is not None else None
         for name, value in obj.meta.items():
             if name.startswith(TAG_ALLOCATION):
-                out[name[len(TAG_ALLOCATION):]] = value
+                key = name[len(TAG_ALLOCATION):]
+                seen = out.get(key)
+                # Recorded on rows of two scopes (older versions tagged every port of a
+                # cluster with its VIPs): the scope is unknown, so every subnet holds it.
+                out[key] = Held(value, scope if seen is None or seen.scope == scope else None)
     return out
 
 

@@ -24,6 +24,7 @@ from .objects import (
     TAG_IMMUTABLE,
     TAG_PROTECTED,
     BackendObject,
+    Held,
     content_hash,
     index_objects,
     observed_allocations,
@@ -106,7 +107,7 @@ def allocation_readers(model: Model, managers: dict[str, Any]) -> dict[str, Any]
     return managers_of(model, names, resolve=True) if names else {}
 
 
-def render_desired(validation: Validation, allocated: Mapping[str, str],
+def render_desired(validation: Validation, allocated: Mapping[str, Held],
                    new_are_unknown: bool = False, only: Iterable[str] | None = None,
                    tenants: frozenset[str] | None = None) -> Desired:
     """The objects a validated revision wants, keeping the `allocated` values that still hold.
@@ -181,11 +182,11 @@ def changed_tenants(base: Validation, head: Validation) -> frozenset[str] | None
 def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, Any],
                   scope: frozenset[str] | None) -> Plan:
     observed: list[BackendObject] = []
-    allocated: dict[str, str] = {}
+    allocated: dict[str, Held] = {}
     if base is not None:
         before = render_desired(base, {}, tenants=scope)
         observed = before.objects
-        allocated = {key: a.value for key, a in before.allocations.values.items()}
+        allocated = {key: a.held() for key, a in before.allocations.values.items()}
     desired = render_desired(head, allocated, new_are_unknown=True, tenants=scope)
     prune = bool(desired.model.config.prune)
     changes = diff(index_objects(desired.objects), index_objects(observed), prune)
@@ -253,9 +254,15 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest]) -> list[Re
 
 def _allocation_problems(desired: Desired) -> list[Diagnostic]:
     """What could not be allocated: the plan cannot be applied."""
-    return [Diagnostic(code, message, hint="make room (a larger range or subnet, fewer "
-                                           "consumers) and plan again")
-            for code, message in desired.allocations.problems]
+    out = []
+    for problem in desired.allocations.problems:
+        doc = problem.manifest.doc if problem.manifest is not None else None
+        out.append(Diagnostic(problem.code, problem.message,
+                              file=doc.file if doc else None,
+                              line=doc.line_of(problem.path) if doc else None,
+                              path=json_pointer(problem.path) if doc else "",
+                              hint=problem.hint))
+    return out
 
 
 def _conflicts(managers: dict[str, Any], changes: list[Change],

@@ -356,8 +356,11 @@ class _Renderer:
             spaces = self.model.subnet_spaces(t, attachment.subnet)
             identity = content_hash([attachment.subnet, attachment.ip_address,
                                      attachment.ipv6_address, attachment.mac_address])
+            # A cluster's VIPs come from its first subnet: recorded there, so they are
+            # held in that subnet only.
             meta = {TAG_IMMUTABLE: identity, **self.recorded(
-                mac_of_port(port), *(ip_of_port(port, v) for v in sorted(spaces)), *vip_keys)}
+                mac_of_port(port), *(ip_of_port(port, v) for v in sorted(spaces)),
+                *(vip_keys if index == 0 else ()))}
             mac, _ = self.value(mac_of_port(port))
             addresses, unknown = [mac], unknown_vips
             for version in sorted(spaces):

@@ -1,0 +1,190 @@
+"""Ownership under attack: what one tenant's change may never do to anyone else.
+
+A pull request reviewed only by a tenant's owners must not take another tenant's live
+address, and rows that stay in the backends (pruning off) keep what they hold. Every test
+applies the example repo to a real OVN Northbound database (the `lab` fixture), then plans
+and applies a hostile or careless change through the unet command line.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .gitops import commit_all, git
+from .ovnlab import OvnLab
+from .ovnrun import TABLES, apply, dump, ours, plan, plan_json, row_named, rows, unet
+from .test_plan_golden import append_doc, edit_text
+
+API = "network.osac.io/v1alpha1"
+
+
+def _doc(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def _eip(lab: OvnLab, tenant: str, name: str) -> str:
+    found = row_named(lab.nb_remote, "Address_Set", f"unet_eip.{tenant}.{name.replace('-', '_')}")
+    [address] = found["addresses"]
+    return str(address)
+
+
+def _port(lab: OvnLab, name: str) -> list[str]:
+    """A port's "MAC IPv4 [IPv6] [VIPs]", split."""
+    return str(row_named(lab.nb_remote, "Logical_Switch_Port", name)["addresses"][0]).split()
+
+
+def _conflicts(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [d for d in document["diagnostics"] if d["code"] == "ADDRESS_CONFLICT"]
+
+
+def _steal(repo: Path, address: str) -> None:
+    """initech claims `address` from the public pool and points it at its CI runner."""
+    rel = "tenants/initech/external.yaml"
+    append_doc(repo, rel, _doc("ExternalIP", "steal", {"pool": "public-a", "address": address}))
+    append_doc(repo, rel, _doc("ExternalIPAttachment", "steal", {
+        "externalIP": "steal", "target": {"kind": "ComputeInstance", "name": "ci-runner-1"}}))
+
+
+def test_a_tenant_cannot_take_an_external_address_another_tenant_holds(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    held = _eip(lab, "acme", "web-1-public")
+    git(repo, "init", "-q")
+    commit_all(repo, "applied")
+    _steal(repo, held)
+
+    before = dump(lab.nb_remote)
+    code, document = plan_json(tmp_path, repo)
+    assert code == 1 and document["valid"] is False
+    [conflict] = _conflicts(document)
+    assert conflict["message"] == (f"{held} is held by ExternalIP/acme/web-1-public; an "
+                                   "address in use never moves to another owner")
+    assert (conflict["file"], conflict["path"]) == ("tenants/initech/external.yaml",
+                                                    "/spec/address")
+    assert conflict["line"] is not None
+    refused = apply(tmp_path, repo)
+    assert refused.returncode == 1
+    assert "ADDRESS_CONFLICT" in refused.stdout and "nothing was applied" in refused.stderr
+    assert dump(lab.nb_remote) == before, "acme's address and NAT are untouched"
+    assert _eip(lab, "acme", "web-1-public") == held
+
+    # In a pull request, the base revision stands for the backends: the same refusal.
+    pr = unet(tmp_path, "plan", str(repo), "--base", "HEAD", "--format", "json")
+    assert pr.returncode == 1
+    [conflict] = _conflicts(json.loads(pr.stdout))
+    assert "held by ExternalIP/acme/web-1-public" in conflict["message"]
+
+
+def test_fixed_port_addresses_macs_and_vips_never_take_a_live_allocation(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    mac, ip4, _ip6 = _port(lab, "unet.acme.vm.web-1.0")
+    api_vip = _port(lab, "unet.acme.cluster.k1.0")[2]
+    compute, cluster = "tenants/acme/compute.yaml", "tenants/acme/cluster-k1.yaml"
+    append_doc(repo, compute, _doc("ComputeInstance", "web-9", {"networkAttachments": [
+        {"subnet": "web", "securityGroups": ["web"], "ipAddress": ip4}]}))
+    append_doc(repo, compute, _doc("ComputeInstance", "web-10", {"networkAttachments": [
+        {"subnet": "web", "securityGroups": ["web"], "macAddress": mac}]}))
+    append_doc(repo, cluster, _doc("Cluster", "k2", {
+        "networkAttachments": [{"subnet": "nodes", "securityGroups": ["k1-nodes"]}],
+        "network": {"podCidr": "10.132.0.0/14", "serviceCidr": "172.31.0.0/16"},
+        "apiVip": api_vip}))
+    append_doc(repo, cluster, _doc("ExternalIP", "k2-api", {"pool": "public-a"}))
+    append_doc(repo, cluster, _doc("ExternalIPAttachment", "k2-api", {
+        "externalIP": "k2-api", "target": {"kind": "Cluster", "name": "k2", "endpoint": "api"}}))
+    # The same address in another VirtualNetwork of acme (networks may overlap) is free.
+    _overlapping_network(repo, ip4)
+
+    before = dump(lab.nb_remote)
+    code, document = plan_json(tmp_path, repo)
+    assert code == 1
+    found = {(c["file"], c["path"], c["message"]) for c in _conflicts(document)}
+    assert found == {
+        (compute, "/spec/networkAttachments/0/ipAddress",
+         f"{ip4} is held by ComputeInstance/acme/web-1; an address in use never moves to "
+         "another owner"),
+        (compute, "/spec/networkAttachments/0/macAddress",
+         f"{mac} is held by ComputeInstance/acme/web-1; an address in use never moves to "
+         "another owner"),
+        (cluster, "/spec/apiVip",
+         f"{api_vip} is held by Cluster/acme/k1; an address in use never moves to another "
+         "owner"),
+    }
+    assert apply(tmp_path, repo).returncode == 1
+    assert dump(lab.nb_remote) == before
+
+    # Without the three claims, the overlapping network's fixed address is applied.
+    for rel, names in ((compute, ("web-9", "web-10")), (cluster, ("k2", "k2-api"))):
+        _drop_docs(repo, rel, names)
+    applied = apply(tmp_path, repo)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert _port(lab, "unet.acme.vm.dev-1.0")[1] == ip4
+    assert _port(lab, "unet.acme.vm.web-1.0") == [mac, ip4, _ip6]
+
+
+def _overlapping_network(repo: Path, address: str) -> None:
+    rel = "tenants/acme/dev.yaml"
+    append_doc(repo, rel, _doc("VirtualNetwork", "dev", {"region": "region-a",
+                                                         "ipv4Cidr": "10.10.0.0/16"}))
+    append_doc(repo, rel, _doc("Subnet", "dev-web", {"virtualNetwork": "dev",
+                                                     "ipv4Cidr": "10.10.1.0/24"}))
+    append_doc(repo, rel, _doc("ComputeInstance", "dev-1", {"networkAttachments": [
+        {"subnet": "dev-web", "ipAddress": address}]}))
+
+
+def _drop_docs(repo: Path, rel: str, names: tuple[str, ...]) -> None:
+    path = repo / rel
+    docs = [d for d in yaml.safe_load_all(path.read_text())
+            if d is not None and d["metadata"]["name"] not in names]
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def _localnet_tags(lab: OvnLab) -> dict[str, int]:
+    return {str(r["name"]): int(r["tag_request"]) for r in rows(lab.nb_remote,
+                                                                "Logical_Switch_Port")
+            if r["type"] == "localnet" and r["tag_request"] is not None}
+
+
+def test_rows_kept_with_prune_off_still_hold_their_allocations(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    edit_text(repo, "unet.yaml", "prune: true", "prune: false")
+    assert apply(tmp_path, repo).returncode == 0
+    launch = _eip(lab, "initech", "launch-web")
+    segment = _localnet_tags(lab)["unet.initech.build.localnet"]
+
+    shutil.rmtree(repo / "tenants" / "initech")
+    (repo / "provider" / "tenants" / "initech.yaml").unlink()
+    kept = apply(tmp_path, repo)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "PRUNE_DISABLED" in kept.stdout
+    assert _eip(lab, "initech", "launch-web") == launch, "initech's rows stay"
+
+    # A fixed address held by a kept row is refused, like one held by a desired row.
+    rel = "tenants/acme/external.yaml"
+    append_doc(repo, rel, _doc("ExternalIP", "launch-2", {"pool": "public-a",
+                                                          "address": launch}))
+    code, document = plan_json(tmp_path, repo)
+    assert code == 1
+    [conflict] = _conflicts(document)
+    assert f"{launch} is held by ExternalIP/initech/launch-web" in conflict["message"]
+
+    # Allocated values never reuse what kept rows hold: the VLAN of a kept subnet included.
+    _drop_docs(repo, rel, ("launch-2",))
+    append_doc(repo, rel, _doc("ExternalIP", "extra", {"pool": "public-a"}))
+    append_doc(repo, "tenants/acme/network.yaml", _doc("Subnet", "zz-extra", {
+        "virtualNetwork": "prod", "ipv4Cidr": "10.10.20.0/24"}))
+    applied = apply(tmp_path, repo)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    addresses = [str(a) for r in ours(lab.nb_remote, "Address_Set") for a in r["addresses"]]
+    assert len(addresses) == len(set(addresses)), sorted(addresses)
+    assert _eip(lab, "acme", "extra") != launch
+    tags = _localnet_tags(lab)
+    assert tags["unet.acme.zz-extra.localnet"] != segment
+    assert len(set(tags.values())) == len(tags), tags
+    assert sum(len(ours(lab.nb_remote, t)) for t in TABLES) > 0
+    assert plan(tmp_path, repo, "--detailed-exitcode").returncode == 0
