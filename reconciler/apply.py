@@ -159,7 +159,8 @@ def _object(item: dict[str, Any], side: str) -> BackendObject | None:
     return BackendObject(item["manager"], item["table"], item["key"], item["owner"],
                          data["fields"], {k: tuple(v) for k, v in data["refs"].items()},
                          tuple(data["parent"]) if data["parent"] else None,  # type: ignore
-                         frozenset(data.get("unknown", ())), data["meta"])
+                         frozenset(data.get("unknown", ())), data["meta"],
+                         tuple(data.get("holds", ())))
 
 
 def check_appliable(document: dict[str, Any]) -> None:

@@ -195,6 +195,12 @@ CODES: dict[str, CodeInfo] = {
         _E,
         "a backend object not managed by this installation already uses the name",
     ),
+    "HOLDS_FOREIGN_OBJECTS": CodeInfo(
+        "Between two revisions (PR mode) and at plan time",
+        _E,
+        "the plan would delete or replace a backend object that holds objects of others "
+        "(an operator's port in a unet switch), which would be destroyed with it",
+    ),
     "SEGMENT_RANGE_EXHAUSTED": CodeInfo(
         "Between two revisions (PR mode) and at plan time",
         _E,

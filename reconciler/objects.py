@@ -74,6 +74,9 @@ class BackendObject:
     # Extra tags stored beside the ownership tags (external_ids, annotations), e.g.
     # TAG_IMMUTABLE or a description of what an ACL exposes.
     meta: Mapping[str, str] = field(default_factory=dict)
+    # Observed only: objects of others that live inside this one and would be destroyed
+    # with it (an operator's port in a unet switch), described for people.
+    holds: tuple[str, ...] = field(default=(), compare=False)
     _hash: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
 
     @property

@@ -32,9 +32,11 @@ from .objects import (
 from .plan import (
     Plan,
     ResourcePlan,
+    action_name,
     build_plan,
     desired_digest,
     group_by_owner,
+    object_label,
     protected_destroys,
     resource_actions,
 )
@@ -365,10 +367,34 @@ def _safety(changes: list[Change], desired: Desired, observed: list[BackendObjec
             line=manifest.doc.line if manifest else None,
             hint="remove the annotation network.osac.io/prevent-destroy first, in its own "
                  "change, if this is intended"))
+    out += _destroys_foreign(changes, base, head)
     if observed and not desired.objects and not config.allow_empty and config.prune:
         out.append(Diagnostic(
             "EMPTY_DESIRED_STATE",
             f"the plan deletes all {len(observed)} objects of installation "
             f"{config.installation}", file="unet.yaml", line=1,
             hint="set spec.allowEmpty: true in unet.yaml if that is really intended"))
+    return out
+
+
+def _destroys_foreign(changes: list[Change], base: dict[str, Manifest],
+                      head: dict[str, Manifest]) -> list[Diagnostic]:
+    """Deleting or replacing an object destroys what others keep inside it: refused."""
+    out = []
+    for change in changes:
+        before = change.before
+        if before is None or not before.holds or DELETE not in change.actions:
+            continue
+        manifest = head.get(before.owner) or base.get(before.owner)
+        shown = ", ".join(before.holds[:10]) + (f" and {len(before.holds) - 10} more"
+                                                if len(before.holds) > 10 else "")
+        out.append(Diagnostic(
+            "HOLDS_FOREIGN_OBJECTS",
+            f"the plan would {action_name(change.actions)} {object_label(before)} "
+            f"({before.owner}), which holds what unet does not own: {shown}; they would be "
+            "destroyed with it",
+            file=manifest.doc.file if manifest else None,
+            line=manifest.doc.line if manifest else None,
+            hint="whoever added them moves or removes them first; unet never destroys "
+                 "objects it does not own"))
     return out

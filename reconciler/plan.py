@@ -31,6 +31,15 @@ def action_name(actions: Iterable[str]) -> str:
     return "replace" if actions == REPLACE else actions[0]
 
 
+def object_label(obj: BackendObject) -> str:
+    """How people know a backend object: its table and name (its key when it has none)."""
+    name = obj.fields.get("name")
+    if not isinstance(name, str):
+        metadata = obj.fields.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, dict) else None
+    return f"{obj.table} {name if isinstance(name, str) else obj.key}"
+
+
 @dataclass
 class ResourcePlan:
     address: str  # Kind/tenant/name
@@ -290,13 +299,16 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[s
 def _object_json(obj: BackendObject | None) -> dict[str, Any] | None:
     if obj is None:
         return None
-    return {
+    out = {
         "fields": dict(obj.fields),
         "refs": {k: list(v) for k, v in obj.refs.items()},
         "parent": list(obj.parent) if obj.parent else None,
         "meta": dict(obj.meta),
         "unknown": sorted(obj.unknown),
     }
+    if obj.holds:
+        out["holds"] = list(obj.holds)
+    return out
 
 
 def dumps(plan: Plan) -> str:

@@ -75,6 +75,9 @@ def _value(value: Any) -> str:
 def _change_lines(change: dict[str, Any]) -> list[str]:
     action = _action(change["actions"])
     lines = [f"{SYMBOL[action]} {row_label(change)}"]
+    held = (change["before"] or {}).get("holds")
+    if held and action in ("delete", "replace"):
+        lines.append("    ! holds what unet does not own: " + ", ".join(held))
     if action in ("update", "replace"):
         for field in change["changes"]:
             if field["path"].startswith("meta"):

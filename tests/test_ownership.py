@@ -9,6 +9,7 @@ and applies a hostile or careless change through the unet command line.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,87 @@ def test_rows_kept_with_prune_off_still_hold_their_allocations(
     assert len(set(tags.values())) == len(tags), tags
     assert sum(len(ours(lab.nb_remote, t)) for t in TABLES) > 0
     assert plan(tmp_path, repo, "--detailed-exitcode").returncode == 0
+
+
+# --- rows of others inside unet's rows ----------------------------------------------------
+
+
+def _operator_rows(lab: OvnLab) -> dict[str, str]:
+    """Rows an operator adds inside initech's switch, port group and router; what a plan
+    must call them."""
+    lab.nbctl("lsp-add", "unet.initech.build", "op-port")
+    match = "outport == @unet.initech.lab.default && ip4.src == 198.18.0.1"
+    lab.nbctl("--type=port-group", "acl-add", "unet.initech.lab.default", "to-lport", "900",
+              match, "drop")
+    lab.nbctl("lr-route-add", "unet.initech.lab", "198.18.0.0/24", "192.168.1.254")
+    lab.nbctl("lr-nat-add", "unet.initech.lab", "snat", "203.0.113.252", "192.168.1.0/24")
+    uuid = {table: next(r["_uuid"] for r in rows(lab.nb_remote, table)
+                        if "unet:installation" not in r["external_ids"])
+            for table in ("ACL", "Logical_Router_Static_Route", "NAT")}
+    return {
+        "Logical_Switch unet.initech.build": "Logical_Switch_Port op-port",
+        "Port_Group unet.initech.lab.default":
+            f"ACL {uuid['ACL']} (to-lport 900 drop `{match}`)",
+        "Logical_Router unet.initech.lab":
+            f"Logical_Router_Static_Route {uuid['Logical_Router_Static_Route']} "
+            "(198.18.0.0/24 via 192.168.1.254), "
+            f"NAT {uuid['NAT']} (snat 203.0.113.252 ↔ 192.168.1.0/24)",
+    }
+
+
+HOLDS = re.compile(r"the plan would (?:delete|replace) (.+?) \(.+?\), which holds what unet "
+                   r"does not own: (.+); they would be destroyed with it")
+
+
+def _holding(document: dict[str, Any]) -> dict[str, str]:
+    """Row → what it holds, from the HOLDS_FOREIGN_OBJECTS diagnostics."""
+    found = [HOLDS.fullmatch(d["message"]) for d in document["diagnostics"]
+             if d["code"] == "HOLDS_FOREIGN_OBJECTS"]
+    assert all(found), document["diagnostics"]
+    return {match.group(1): match.group(2) for match in found if match}
+
+
+def test_pruning_a_row_that_holds_an_operators_rows_is_refused(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    expected = _operator_rows(lab)
+    shutil.rmtree(repo / "tenants" / "initech")
+
+    before = dump(lab.nb_remote)
+    code, document = plan_json(tmp_path, repo)
+    assert code == 1
+    assert _holding(document) == expected
+    text = plan(tmp_path, repo)
+    assert "! holds what unet does not own: Logical_Switch_Port op-port" in text.stdout
+    refused = apply(tmp_path, repo)
+    assert refused.returncode == 1 and "HOLDS_FOREIGN_OBJECTS" in refused.stdout
+    assert dump(lab.nb_remote) == before, "nothing deleted, the operator's rows least of all"
+
+    # Once the operator has moved them away, initech's rows go.
+    lab.nbctl("lsp-del", "op-port")
+    lab.nbctl("--type=port-group", "acl-del", "unet.initech.lab.default")
+    lab.nbctl("lr-route-del", "unet.initech.lab")
+    lab.nbctl("lr-nat-del", "unet.initech.lab")
+    pruned = apply(tmp_path, repo)
+    assert pruned.returncode == 0, pruned.stdout + pruned.stderr
+    assert not [r for r in rows(lab.nb_remote, "Logical_Switch")
+                if r["name"] == "unet.initech.build"]
+
+
+def test_replacing_a_row_that_holds_an_operators_row_is_refused(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    lab.nbctl("lsp-add", "unet.acme.web", "op-port")
+    edit_text(repo, "tenants/acme/network.yaml", "ipv4Cidr: 10.10.1.0/24\n",
+              "ipv4Cidr: 10.10.5.0/24\n")
+    edit_text(repo, "tenants/acme/network.yaml", "gateway: 10.10.1.1\n", "gateway: 10.10.5.1\n")
+    before = dump(lab.nb_remote)
+    code, document = plan_json(tmp_path, repo)
+    assert code == 1
+    assert _holding(document) == {"Logical_Switch unet.acme.web": "Logical_Switch_Port op-port"}
+    [diagnostic] = [d for d in document["diagnostics"] if d["code"] == "HOLDS_FOREIGN_OBJECTS"]
+    assert diagnostic["message"].startswith("the plan would replace Logical_Switch "
+                                            "unet.acme.web (Subnet/acme/web), which holds")
+    assert diagnostic["file"] == "tenants/acme/network.yaml"
+    assert apply(tmp_path, repo).returncode == 1
+    assert dump(lab.nb_remote) == before

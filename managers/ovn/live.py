@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import ovs.db.schema
 from ovsdbapp.backend.ovs_idl import connection, idlutils
 from ovsdbapp.backend.ovs_idl.transaction import Transaction
 
@@ -85,6 +86,9 @@ class Northbound:
         except Exception as exc:  # ovsdbapp raises a bare Exception when it cannot connect
             raise OvnError(f"cannot reach the OVN Northbound database at {remote}: {exc}") \
                 from exc
+        schema = ovs.db.schema.DbSchema.from_json(helper.schema_json)
+        self.schema = {name: table.columns for name, table in schema.tables.items()}
+        self.holding = _holding_columns(schema)
         for table, columns in _COLUMNS.items():
             helper.register_columns(table, list(columns))
         helper.register_table("NB_Global")
@@ -108,15 +112,34 @@ class Northbound:
 
     # -- observe ----------------------------------------------------------------------------
     def observe(self, installation: str, manager: str) -> Observed:
-        operations = [_select(table, installation, True) for table in MANAGED_COLUMNS]
+        operations = [_select(table, installation, True, self.holding.get(table, {}))
+                      for table in MANAGED_COLUMNS]
         operations += [_select(table, installation, False) for table in NAMED_TABLES]
         results = self._read(operations)
         ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
         with paused_collection(transient=True):
-            observed = _observe(self.idl, ours, names, manager)
+            keys = _keys(ours)
+            inside = _foreign_inside(ours, self.holding, keys[0])
+            described = self._describe({child for found in inside.values() for child in found})
+            observed = _observe(self.idl, ours, names, manager, keys, inside, described)
         self.uuids = observed.uuids
         return observed
+
+    def _describe(self, children: set[tuple[str, str]]) -> dict[str, str]:
+        """UUID → how people know each of these rows of others (one request for all)."""
+        if not children:
+            return {}
+        order = sorted(children)
+        operations = []
+        for table, uuid in order:
+            columns = [c for c in _LABELS.get(table, ("name",)) if c in self.schema[table]]
+            operations.append({"op": "select", "table": table, "columns": columns,
+                               "where": [["_uuid", "==", ["uuid", uuid]]]})
+        out = {}
+        for (table, uuid), found in zip(order, self._read(operations), strict=True):
+            out[uuid] = _label(table, uuid, found[0] if found else {})
+        return out
 
     def _rpc(self) -> Rpc:
         """unet's own connection, to the server the IDL chose (a cluster's leader)."""
@@ -308,33 +331,90 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _select(table: str, installation: str, ours: bool) -> dict[str, Any]:
-    """Our rows with the columns unet uses, or the names of everyone else's rows."""
+def _select(table: str, installation: str, ours: bool,
+            holding: dict[str, str] | None = None) -> dict[str, Any]:
+    """Our rows with the columns unet uses (and those holding rows inside them), or the
+    names of everyone else's rows."""
     tag = ["external_ids", "includes" if ours else "excludes",
            ["map", [[TAG_INSTALLATION, installation]]]]
-    return {"op": "select", "table": table, "where": [tag],
-            "columns": ["_uuid", *_COLUMNS[table]] if ours else ["_uuid", "name"]}
+    columns = list(dict.fromkeys(["_uuid", *_COLUMNS[table], *(holding or {})])) if ours \
+        else ["_uuid", "name"]
+    return {"op": "select", "table": table, "where": [tag], "columns": columns}
+
+
+def _holding_columns(schema: Any) -> dict[str, dict[str, str]]:
+    """Per table of ours, the columns whose rows live only inside the row (strong references
+    to non-root tables), with the table they hold: what is there goes with the row."""
+    out: dict[str, dict[str, str]] = {}
+    for table in MANAGED_COLUMNS:
+        for name, column in schema.tables[table].columns.items():
+            child = column.type.key.ref_table_name
+            if child and column.type.key.ref_type == "strong" \
+                    and not schema.tables[child].is_root:
+                out.setdefault(table, {})[name] = child
+    return out
+
+
+def _foreign_inside(ours: dict[str, list[dict[str, Any]]], holding: dict[str, dict[str, str]],
+                    key_of: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
+    """UUID of each of our rows → the rows of others it holds, as (table, UUID)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for table, columns in holding.items():
+        for row in ours[table]:
+            for column, child_table in columns.items():
+                for child in _atoms(row[column]):
+                    if child not in key_of:
+                        out.setdefault(row["_uuid"][1], []).append((child_table, child))
+    return out
 
 
 def _observe(idl: Any, ours: dict[str, list[dict[str, Any]]],
-             names: dict[str, list[dict[str, Any]]], manager: str) -> Observed:
+             names: dict[str, list[dict[str, Any]]], manager: str,
+             keys: tuple[dict[str, str], dict[str, tuple[str, str]]],
+             inside: dict[str, list[tuple[str, str]]], described: dict[str, str]) -> Observed:
     """Backend objects from the rows of a `select` (OVSDB's JSON, decoded here)."""
-    key_of, uuids = _keys(ours)
+    key_of, uuids = keys
     parent_of: dict[str, tuple[str, str]] = {}
-    children: list[str] = []
     for table, columns in PARENT_COLUMNS.items():
         for row in ours[table]:
-            uuid = row["_uuid"][1]
             for column in columns:
-                child_table = idl.tables[table].columns[column].type.key.ref_table_name
                 for child in _atoms(row[column]):
-                    parent_of[child] = (key_of[uuid], column)
-                    if child not in key_of and child_table not in NAMED_TABLES:
-                        children.append(f"{child_table} {child} in {table} {row.get('name')}")
-    objects = [_object(idl, table, row, key_of, parent_of, manager)
+                    parent_of[child] = (key_of[row["_uuid"][1]], column)
+    children = sorted(f"{child_table} {child} in {table} {row.get('name')}"
+                      for table in PARENT_COLUMNS for row in ours[table]
+                      for child_table, child in inside.get(row["_uuid"][1], ())
+                      if child_table not in NAMED_TABLES)
+    objects = [_object(idl, table, row, key_of, parent_of, manager,
+                       tuple(sorted(described[c] for _t, c in inside.get(row["_uuid"][1], ()))))
                for table in sorted(ours) for row in ours[table] if row["_uuid"][1] in key_of]
     foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
-    return Observed(objects, foreign, sorted(children), uuids)
+    return Observed(objects, foreign, children, uuids)
+
+
+#: The columns that tell people which row of others this is, for tables without a name.
+_LABELS: dict[str, tuple[str, ...]] = {
+    "ACL": ("direction", "priority", "action", "match"),
+    "NAT": ("type", "external_ip", "logical_ip"),
+    "Logical_Router_Static_Route": ("ip_prefix", "nexthop"),
+    "Logical_Router_Policy": ("priority", "action", "match"),
+    "QoS": ("direction", "priority", "match"),
+}
+
+
+def _label(table: str, uuid: str, row: dict[str, Any]) -> str:
+    if "name" in row and not isinstance(row["name"], list):
+        return f"{table} {row['name']}"
+    values = {column: _atom(value) for column, value in row.items()}
+    if table == "NAT":
+        text = f"{values['type']} {values['external_ip']} ↔ {values['logical_ip']}"
+    elif table == "Logical_Router_Static_Route":
+        text = f"{values['ip_prefix']} via {values['nexthop']}"
+    elif "match" in values:
+        parts = [str(values[c]) for c in _LABELS[table] if c != "match"]
+        text = " ".join(parts) + f" `{values['match']}`"
+    else:
+        return f"{table} {uuid}"
+    return f"{table} {uuid} ({text})"
 
 
 def _keys(ours: dict[str, list[dict[str, Any]]]
@@ -357,7 +437,8 @@ def _keys(ours: dict[str, list[dict[str, Any]]]
 
 
 def _object(idl: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
-            parent_of: dict[str, tuple[str, str]], manager: str) -> BackendObject:
+            parent_of: dict[str, tuple[str, str]], manager: str,
+            holds: tuple[str, ...]) -> BackendObject:
     uuid = row["_uuid"][1]
     fields = {name: decode(row[name]) for name, decode in _decoders(idl, table)}
     refs = {}
@@ -370,7 +451,7 @@ def _object(idl: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
     meta.pop(TAG_INSTALLATION, None)
     meta.pop(TAG_KEY, None)
     return BackendObject(manager, table, key_of[uuid], owner, fields, refs,
-                         parent_of.get(uuid), frozenset(), meta)
+                         parent_of.get(uuid), frozenset(), meta, holds)
 
 
 _DECODERS: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
