@@ -2,8 +2,8 @@
 
 The flow: connect, take every manager's lock, observe, plan, (confirm), apply
 wave by wave, re-observe to confirm, record what was applied, unlock. A saved
-plan is applied only while the observed state still has the fingerprint it was
-planned against (STALE_PLAN otherwise).
+plan is planned again under the locks and applied only when it is still the same
+plan (commands.py): STALE_PLAN when the observed state changed.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from .errors import UnetError
 from .heap import paused_collection
 from .objects import BackendObject, index_objects
 from .order import Step
-from .plan import fingerprint
-from .plugins import installed_plugins
 
 ProgressFactory = Callable[[str, int, int, int], Callable[[int, int], None]]
 
@@ -111,56 +109,9 @@ def confirm(plan_changes: list[Change], observed: list[BackendObject]) -> list[s
     return out
 
 
-def check_fresh(plan_fingerprint: str, observed: list[BackendObject]) -> None:
-    now = fingerprint(observed)
-    if now != plan_fingerprint:
-        raise StalePlan("STALE_PLAN: the backends changed since the plan was made (its "
-                        "observed-state fingerprint no longer matches); nothing was applied. "
-                        "Make a new plan and apply that")
-
-
 def _step(text: str) -> Step:
     action, uid = text.split(" ", 1)
     return Step(action, uid)
-
-
-def managers_from_plan(document: dict[str, Any]) -> dict[str, Any]:
-    """Plugin instances for the managers a saved plan was made with."""
-    from .pipeline import resolve_config
-
-    plugins = installed_plugins()
-    out = {}
-    for name, spec in document.get("managers", {}).items():
-        plugin = plugins.get(spec["plugin"])
-        if plugin is None:
-            raise ApplyError(f"the plan needs the manager plugin '{spec['plugin']}', which is "
-                             "not installed")
-        config = resolve_config(spec.get("config", {}), f"NetworkManager {name}")
-        out[name] = plugin(name, config, document["installation"])
-    return out
-
-
-def changes_from_json(document: dict[str, Any]) -> list[Change]:
-    from .diff import FieldChange
-
-    out = []
-    for item in document["backend_changes"]:
-        out.append(Change(item["id"], _object(item, "before"), _object(item, "after"),
-                          tuple(item["actions"]), item["reason"],
-                          [FieldChange(f["path"], f["before"], f["after"])
-                           for f in item["changes"]]))
-    return out
-
-
-def _object(item: dict[str, Any], side: str) -> BackendObject | None:
-    data = item[side]
-    if data is None:
-        return None
-    return BackendObject(item["manager"], item["table"], item["key"], item["owner"],
-                         data["fields"], {k: tuple(v) for k, v in data["refs"].items()},
-                         tuple(data["parent"]) if data["parent"] else None,  # type: ignore
-                         frozenset(data.get("unknown", ())), data["meta"],
-                         tuple(data.get("holds", ())))
 
 
 def check_appliable(document: dict[str, Any]) -> None:

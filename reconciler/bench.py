@@ -1165,8 +1165,8 @@ def nbctl_script(plan: dict[str, Any]) -> list[list[str]]:
     columns and the same external_ids as `unet apply` writes."""
     from managers.ovn.render import PARENT_COLUMNS
 
-    from .apply import changes_from_json
     from .objects import TAG_HASH, TAG_INSTALLATION, TAG_KEY, TAG_OWNER
+    from .plan_io import changes_from_json
 
     changes = {c.uid: c for c in changes_from_json(plan)}
     order = [step.split(" ", 1)[1] for wave in plan["waves"] for step in wave["steps"]

@@ -13,17 +13,16 @@ from typing import Any
 from .apply import (
     ApplyError,
     ApplyResult,
-    changes_from_json,
+    StalePlan,
     check_appliable,
-    check_fresh,
     execute,
-    managers_from_plan,
     observe_all,
     session,
 )
 from .model import Model
 from .pipeline import allocation_readers, managers_of, plan_between, plan_live
-from .plan import Plan, PlanFormatError, check_format, dumps, plan_to_json, restrict_to
+from .plan import Plan, plan_to_json, restrict_to
+from .plan_io import PlanFormatError, document_text, dumps, read_plan
 from .plan_render import render_markdown, render_text
 from .progress import Progress
 from .report import render_human, summarize, use_colour
@@ -45,8 +44,7 @@ def _print_validation(result: Validation, path: Path) -> None:
 
 def print_plan(document: dict[str, Any], fmt: str) -> None:
     if fmt == "json":
-        # json.dumps without indent is the C encoder: an order of magnitude faster on big plans.
-        sys.stdout.write(json.dumps(document, sort_keys=True) + "\n")
+        sys.stdout.write(document_text(document))
     elif fmt == "markdown":
         sys.stdout.write(render_markdown(document))
     else:
@@ -76,20 +74,21 @@ class _Live:
     inputs: dict[str, Any]
 
 
-def _live(path: Path, args: argparse.Namespace) -> _Live | None:
-    head = _validated_head(path, args.rev, args.max_file_size)
+def _live(path: Path, rev: str | None, max_file_size: int, only: list[str] | None,
+          inputs: dict[str, Any] | None = None) -> _Live | None:
+    head = _validated_head(path, rev, max_file_size)
     if head is None:
         return None
     model = Model(head.context)  # type: ignore[arg-type]
-    managers = managers_of(model, args.manager, resolve=True)
+    managers = managers_of(model, only, resolve=True)
     return _Live(head, managers, allocation_readers(model, managers),
-                 {"head": revision_info(path, args.rev)})
+                 inputs or {"head": revision_info(path, rev)})
 
 
 def plan(args: argparse.Namespace) -> int:
     if args.base is not None:
         return _plan_between(args)
-    live = _live(args.path, args)
+    live = _live(args.path, args.rev, args.max_file_size, args.manager)
     if live is None:
         return EXIT_ERROR
     managers = live.managers
@@ -180,11 +179,9 @@ def show_plan(args: argparse.Namespace) -> int:
 
 def _load_plan(path: Path) -> dict[str, Any]:
     try:
-        document = json.loads(path.read_text())
-        check_format(document)
-    except (OSError, ValueError, PlanFormatError) as exc:
+        return read_plan(path)
+    except PlanFormatError as exc:
         raise ApplyError(f"cannot read the plan {path}: {exc}") from exc
-    return document  # type: ignore[no-any-return]
 
 
 # --- apply ----------------------------------------------------------------------------------
@@ -201,7 +198,7 @@ def apply(args: argparse.Namespace) -> int:
 
 
 def _apply_repo(args: argparse.Namespace) -> int:
-    live = _live(args.target, args)
+    live = _live(args.target, args.rev, args.max_file_size, args.manager)
     if live is None:
         return EXIT_ERROR
     managers = live.managers
@@ -224,22 +221,71 @@ def _apply_repo(args: argparse.Namespace) -> int:
 
 
 def _apply_saved(args: argparse.Namespace) -> int:
+    """A saved plan, planned again from the revision it names against the backends as they
+    are now, with every check; applied only when that gives the saved plan again."""
     document = _load_plan(args.target)
     check_appliable(document)
-    managers = managers_from_plan(document)
-    changes = changes_from_json(document)
-    with session(managers, Path.cwd(), args.lock_timeout):
-        check_fresh(document["observed_fingerprint"], observe_all(managers))
+    inputs = document["inputs"]
+    head = inputs["head"]
+    path = Path(head["path"])
+    if not path.is_dir():
+        raise ApplyError(f"the plan was made from the repo at {path}, which is not here; "
+                         "apply it from the folder it was made in")
+    rev = head.get("commit") if head.get("rev") else None
+    live = _live(path, rev, args.max_file_size, sorted(document["managers"]), inputs)
+    if live is None:
+        return EXIT_ERROR
+    managers = live.managers
+    with session(managers, Path.cwd(), args.lock_timeout, live.readers):
+        result = _plan_live(live.head, managers, inputs, bool(inputs.get("refresh_only")),
+                            live.readers)
+        if result.fingerprint != document["observed_fingerprint"]:
+            raise StalePlan("STALE_PLAN: the backends changed since the plan was made (its "
+                            "observed-state fingerprint no longer matches); nothing was "
+                            "applied. Make a new plan and apply that")
+        fresh = plan_to_json(result)
+        if not result.ok:
+            print_plan(fresh, "text")
+            print("unet: planned again, the saved plan has errors now; nothing was applied",
+                  file=sys.stderr)
+            return EXIT_ERROR
+        difference = _difference(document, fresh)
+        if difference:
+            where = f"{path}" + (f" at {head['commit'][:12]}" if rev else "")
+            raise ApplyError(f"{args.target} is not the plan that the repo at {where} gives "
+                             f"against the backends now ({difference}): the repo changed "
+                             "since the plan was made, or the plan was edited; nothing was "
+                             "applied. Make a new plan and apply that")
         print_plan(document, "text")
-        _print_reports(_reports(managers, changes))
-        if not document["has_changes"]:
+        _print_reports(_reports(managers, result.changes))
+        if not result.has_changes:
             return EXIT_OK
         if not _confirmed(args.auto_approve):
             print("unet: apply cancelled; nothing was changed", file=sys.stderr)
             return EXIT_ERROR
-        waves = [w["steps"] for w in document["waves"]]
-        outcome = execute(changes, waves, managers, Progress().wave)
-        return _report(outcome, managers, document.get("desired_digests", {}), changes)
+        outcome = execute(result.changes, result.waves, managers, Progress().wave)
+        return _report(outcome, managers, result.desired_digests, result.changes)
+
+
+#: What a saved plan does: two plans that agree on these are the same plan.
+_SUBSTANCE = ("mode", "installation", "valid", "has_changes", "observed_fingerprint",
+              "desired_digests", "managers", "waves")
+
+
+def _difference(saved: dict[str, Any], fresh: dict[str, Any]) -> str | None:
+    """The first thing that differs between a saved plan and one made now, if any."""
+    def canonical(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, default=str)
+
+    old = {c["id"]: canonical(c) for c in saved["backend_changes"]}
+    new = {c["id"]: canonical(c) for c in fresh["backend_changes"]}
+    for uid in sorted(old.keys() | new.keys()):
+        if old.get(uid) != new.get(uid):
+            return f"first difference: backend change {uid}"
+    for name in _SUBSTANCE:
+        if canonical(saved.get(name)) != canonical(fresh.get(name)):
+            return f"first difference: {name}"
+    return None
 
 
 def _confirmed(auto_approve: bool) -> bool:

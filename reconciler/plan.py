@@ -8,7 +8,6 @@ input revisions, the exposure summary and the observed-state fingerprint.
 from __future__ import annotations
 
 import functools
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,11 +16,10 @@ from typing import Any
 from . import __version__
 from .diagnostics import Diagnostic
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change
-from .errors import UnetError
 from .objects import TAG_EXPOSURE, TAG_HASH, TAG_PROTECTED, BackendObject, content_hash
 from .order import order
 
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 SUPPORTED_MAJOR = 1
 ACTION_ORDER = ("delete", "replace", "create", "update", "no-op")
 
@@ -309,21 +307,3 @@ def _object_json(obj: BackendObject | None) -> dict[str, Any] | None:
     if obj.holds:
         out["holds"] = list(obj.holds)
     return out
-
-
-def dumps(plan: Plan) -> str:
-    return json.dumps(plan_to_json(plan), sort_keys=True, default=str) + "\n"
-
-
-class PlanFormatError(UnetError):
-    """A saved plan this version cannot read."""
-
-
-def check_format(document: dict[str, Any]) -> None:
-    version = str(document.get("format_version", ""))
-    major = version.split(".")[0]
-    if not major.isdigit():
-        raise PlanFormatError("not a unet plan (no format_version)")
-    if int(major) != SUPPORTED_MAJOR:
-        raise PlanFormatError(f"plan format {version} is not supported by this unet "
-                              f"(reads {SUPPORTED_MAJOR}.x)")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.cli import main
+from reconciler.plan_io import document_text
 
 from .conftest import EXAMPLE
 from .test_plan_golden import edit_text
@@ -209,10 +210,10 @@ def test_saved_plan_of_another_major_format_is_refused(repo: Path, tmp_path: Pat
     assert unet(capsys, "plan", "--base", "HEAD", "-o", str(saved), str(repo))[0] == 0
     doc = json.loads(saved.read_text())
     doc.update(format_version="1.9", field_of_a_later_minor={"x": 1})
-    saved.write_text(json.dumps(doc))
+    saved.write_text(document_text(doc))  # as a later unet would write it
     assert unet(capsys, "show", "plan", str(saved))[0] == 0  # minor bump: read
     doc["format_version"] = "2.0"
-    saved.write_text(json.dumps(doc))
+    saved.write_text(document_text(doc))
     code, out, err = unet(capsys, "show", "plan", str(saved))
     assert code == 1 and out == ""
     assert "plan format 2.0 is not supported" in err and str(saved) in err

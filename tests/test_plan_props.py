@@ -33,7 +33,8 @@ from reconciler.objects import (
     observed_allocations,
 )
 from reconciler.pipeline import plan_between, render_desired
-from reconciler.plan import Plan, dumps
+from reconciler.plan import Plan
+from reconciler.plan_io import dumps
 from reconciler.validate import Validation, validate_files, validate_repo
 
 from .conftest import EXAMPLE

@@ -1,0 +1,179 @@
+"""Saved plans: the file (the plan's JSON document plus a digest of its own content), and
+its reader, which refuses anything unet did not write.
+
+The digest only tells a file changed after unet wrote it; it is no signature. What
+binds a saved plan to the repo and the backends is `unet apply FILE` planning again
+from the revision the plan names and applying only when the result is the same plan
+(commands.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import fastjsonschema
+
+from .diff import Change, FieldChange
+from .errors import UnetError
+from .objects import BackendObject
+from .plan import SUPPORTED_MAJOR, Plan, plan_to_json
+
+DIGEST_FIELD = "plan_digest"
+
+
+class PlanFormatError(UnetError):
+    """A file that is not a plan this version of unet wrote, or can read."""
+
+
+def plan_digest(document: dict[str, Any]) -> str:
+    """Of every field but the digest itself, in the canonical encoding."""
+    body = {k: v for k, v in document.items() if k != DIGEST_FIELD}
+    return _sha256(json.dumps(body, sort_keys=True, default=str))
+
+
+def dumps(plan: Plan) -> str:
+    """The plan as saved by `unet plan -o`."""
+    return document_text(plan_to_json(plan))
+
+
+def document_text(document: dict[str, Any]) -> str:
+    """A plan document as unet writes it: its canonical JSON with the digest added."""
+    body = {k: v for k, v in document.items() if k != DIGEST_FIELD}
+    text = json.dumps(body, sort_keys=True, default=str)
+    return text[:-1] + f', "{DIGEST_FIELD}": "{_sha256(text)}"}}\n'
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_plan(path: Path) -> dict[str, Any]:
+    """A saved plan, checked: JSON, a known format, its own digest, the shape unet writes."""
+    try:
+        document = json.loads(path.read_text())
+    except OSError as exc:
+        raise PlanFormatError(exc.strerror or str(exc)) from exc
+    except ValueError as exc:
+        raise PlanFormatError(f"not JSON ({exc})") from exc
+    if not isinstance(document, dict):
+        raise PlanFormatError(f"not a unet plan (a JSON object was expected, not a "
+                              f"{type(document).__name__})")
+    check_format(document)
+    digest = document.get(DIGEST_FIELD)
+    if not isinstance(digest, str):
+        raise PlanFormatError(f"it has no {DIGEST_FIELD}: it was not written by this unet "
+                              "(or by an older one); make a new plan")
+    if digest != plan_digest(document):
+        raise PlanFormatError("the plan file was changed after unet wrote it (its "
+                              f"{DIGEST_FIELD} does not match its content); make a new plan")
+    _check_shape(document)
+    return document
+
+
+def check_format(document: dict[str, Any]) -> None:
+    version = str(document.get("format_version", ""))
+    major = version.split(".")[0]
+    if not major.isdigit():
+        raise PlanFormatError("not a unet plan (no format_version)")
+    if int(major) != SUPPORTED_MAJOR:
+        raise PlanFormatError(f"plan format {version} is not supported by this unet "
+                              f"(reads {SUPPORTED_MAJOR}.x)")
+
+
+# The fields unet reads from a saved plan (to show it, to check it before applying); a
+# later minor version may add fields, so unknown ones are allowed everywhere.
+_TEXT = {"type": "string"}
+_TEXTS = {"type": "array", "items": _TEXT}
+_MAYBE_TEXT = {"type": ["string", "null"]}
+_COUNTS = {"type": "object", "additionalProperties": {"type": "integer"},
+           "required": ["delete", "replace", "create", "update", "no-op"]}
+_OBJECT = {"type": ["object", "null"], "required": ["fields"],
+           "properties": {"fields": {"type": "object"}, "holds": _TEXTS}}
+_PLAN_SCHEMA = {
+    "type": "object",
+    "required": ["mode", "installation", "inputs", "observed_fingerprint", "counts",
+                 "row_counts", "has_changes", "valid", "diagnostics", "exposure", "resources",
+                 "backend_changes", "drift", "waves", "desired_digests", "managers"],
+    "properties": {
+        "mode": {"enum": ["live", "pr"]},
+        "installation": _TEXT,
+        "inputs": {"type": "object", "required": ["head"], "properties": {
+            "head": {"type": "object", "required": ["path"],
+                     "properties": {"path": _TEXT, "rev": _MAYBE_TEXT, "commit": _TEXT}},
+            "base": {"type": "object"}, "refresh_only": {"type": "boolean"}}},
+        "observed_fingerprint": _TEXT,
+        "counts": _COUNTS,
+        "row_counts": _COUNTS,
+        "has_changes": {"type": "boolean"},
+        "valid": {"type": "boolean"},
+        "diagnostics": {"type": "array", "items": {
+            "type": "object", "required": ["code", "severity", "message"],
+            "properties": {"code": _TEXT, "severity": _TEXT, "message": _TEXT,
+                           "file": _MAYBE_TEXT, "line": {"type": ["integer", "null"]},
+                           "hint": _MAYBE_TEXT}}},
+        "exposure": {"type": "object", "additionalProperties": {
+            "type": "array", "items": {"type": "object",
+                                       "additionalProperties": {"type": "string"}}}},
+        "resources": {"type": "array", "items": {
+            "type": "object", "required": ["address", "actions", "reason", "backend_changes"],
+            "properties": {"address": _TEXT, "actions": _TEXTS, "reason": _TEXT,
+                           "backend_changes": _TEXTS}}},
+        "backend_changes": {"type": "array", "items": {
+            "type": "object",
+            "required": ["id", "manager", "table", "key", "owner", "actions", "reason",
+                         "before", "after", "changes", "unknown", "drift"],
+            "properties": {
+                "id": _TEXT, "manager": _TEXT, "table": _TEXT, "key": _TEXT, "owner": _TEXT,
+                "actions": {**_TEXTS, "minItems": 1}, "reason": _TEXT,
+                "before": _OBJECT, "after": _OBJECT, "unknown": _TEXTS,
+                "drift": {"type": "boolean"},
+                "changes": {"type": "array", "items": {"type": "object", "required": ["path"],
+                                                       "properties": {"path": _TEXT}}}}}},
+        "drift": _TEXTS,
+        "waves": {"type": "array", "items": {"type": "object", "required": ["steps"],
+                                             "properties": {"steps": _TEXTS}}},
+        "desired_digests": {"type": "object", "additionalProperties": _TEXT},
+        "managers": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["plugin"], "properties": {"plugin": _TEXT}}},
+    },
+}
+_validate_shape = fastjsonschema.compile(_PLAN_SCHEMA)
+
+
+def _check_shape(document: dict[str, Any]) -> None:
+    try:
+        _validate_shape(document)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        raise PlanFormatError(f"not a plan unet wrote: {exc.message}") from exc
+    ids = {change["id"] for change in document["backend_changes"]}
+    missing = sorted({uid for resource in document["resources"]
+                      for uid in resource["backend_changes"]} - ids)
+    missing += sorted(set(document["drift"]) - ids)
+    if missing:
+        raise PlanFormatError(f"not a plan unet wrote: it names backend change {missing[0]}, "
+                              "which it does not hold")
+
+
+def changes_from_json(document: dict[str, Any]) -> list[Change]:
+    """The backend changes of a plan document as objects (the benchmark's nbctl script)."""
+    out = []
+    for item in document["backend_changes"]:
+        out.append(Change(item["id"], _object(item, "before"), _object(item, "after"),
+                          tuple(item["actions"]), item["reason"],
+                          [FieldChange(f["path"], f["before"], f["after"])
+                           for f in item["changes"]]))
+    return out
+
+
+def _object(item: dict[str, Any], side: str) -> BackendObject | None:
+    data = item[side]
+    if data is None:
+        return None
+    return BackendObject(item["manager"], item["table"], item["key"], item["owner"],
+                         data["fields"], {k: tuple(v) for k, v in data["refs"].items()},
+                         tuple(data["parent"]) if data["parent"] else None,  # type: ignore
+                         frozenset(data.get("unknown", ())), data["meta"],
+                         tuple(data.get("holds", ())))
