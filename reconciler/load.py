@@ -353,6 +353,11 @@ _LEAVES = ("is a symlink that leaves the repo", "copy the file into the repo ins
 _LINKED_FOLDER = ("is a symlinked folder; not followed",
                   "symlinks may only point at files in the repo")
 _SYMLINK_HOPS = 40
+#: Another repository's files (a submodule's checkout, or a clone inside the repo) are not
+#: part of a revision: folder and Git mode refuse them alike.
+_REPOSITORY = ("is another Git repository (a submodule or a clone); its files are not part "
+               "of this revision", "copy the manifests into the repo instead")
+_GITLINK = "160000"
 
 
 def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
@@ -391,7 +396,10 @@ def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
                 yield _unsafe_path(rel, *problem)
                 return
         elif entry.is_dir():
-            yield from walk(rel)
+            if os.path.lexists(os.path.join(full, ".git")):
+                yield _unsafe_path(rel, *_REPOSITORY)
+            else:
+                yield from walk(rel)
             return
         if _area_of(rel) is None:
             return
@@ -463,8 +471,11 @@ def git_files(start: Path, rev: str,
     blobs = _BlobBatch(repo.working_dir)
     for rel in sorted(entries):
         mode, sha, size = entries[rel]
+        if mode == _GITLINK and _in_scope(rel):
+            items.append(_unsafe_path(rel, *_REPOSITORY))
+            continue
         if not _in_scope(rel) or mode not in ("100644", "100755", "120000"):
-            continue  # submodules and the like hold no manifests
+            continue
         if mode == "120000":
             found, path = resolve(rel)
             if found in ("leaves", "folder"):

@@ -468,3 +468,44 @@ def test_other_formats_survive_every_defect(output: str, example_copy: Path,
     assert "Traceback" not in out + err
     assert "internal error" not in err, err
     assert "PATH_UNSAFE" in out and "caf\ufffd.yaml" in out
+
+
+# --- Git submodules -----------------------------------------------------------------------
+
+
+def test_a_submodule_is_refused_alike_from_the_folder_and_from_git(
+        example_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its files are another repository's: folder mode would read a checkout of it and Git
+    mode only a commit id, so both refuse it instead of disagreeing."""
+    vendored = tmp_path / "vendored"
+    write("subnet.yaml", SUBNET + "spec:\n  virtualNetwork: prod\n  ipv4Cidr: 10.10.30.0/24\n"
+          )(vendored)
+    _commit(vendored)
+    _commit(example_copy)
+    _git(example_copy, "-c", "protocol.file.allow=always", "submodule", "add", "-q",
+         str(vendored), "tenants/acme/vendored")
+    _git(example_copy, "commit", "-q", "--no-verify", "-m", "vendor a subnet")
+    assert (example_copy / "tenants/acme/vendored/subnet.yaml").is_file(), "checked out"
+    reports = []
+    for rev in (None, "HEAD"):
+        args = ["validate", str(example_copy), "--format", "json", "--no-cache"]
+        code = main([*args, "--rev", rev] if rev else args)
+        out, err = capsys.readouterr()
+        assert code == 1, err
+        report = json.loads(out)
+        found = [(d["code"], d["file"], d["line"]) for d in report["diagnostics"]]
+        assert ("PATH_UNSAFE", "tenants/acme/vendored", 1) in found, found
+        assert report["summary"]["documents"] == 49, "nothing of the submodule was read"
+        reports.append({(d["code"], d["file"], d["message"]) for d in report["diagnostics"]})
+    assert reports[0] == reports[1]
+
+
+def test_a_nested_repository_in_the_folder_is_refused(
+        example_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nested = example_copy / "tenants" / "acme" / "nested"
+    write("subnet.yaml", SUBNET + "spec:\n  virtualNetwork: prod\n")(nested)
+    _commit(nested)
+    code, report = _validate(example_copy, "folder", capsys)
+    assert code == 1
+    assert ("PATH_UNSAFE", "tenants/acme/nested", 1) in [
+        (d["code"], d["file"], d["line"]) for d in report["diagnostics"]]
