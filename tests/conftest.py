@@ -46,3 +46,33 @@ def use_northbound(repo: Path, remote: str) -> None:
     text = managers.read_text()
     assert "northbound: embedded" in text
     managers.write_text(text.replace("northbound: embedded", f"northbound: {remote}"))
+
+
+#: Tenants of the generated repo the fault tests apply: a few thousand rows, several waves.
+BENCH_TENANTS = 100
+
+
+@pytest.fixture(scope="session")
+def bench_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from reconciler.bench import generate_repo
+
+    target = tmp_path_factory.mktemp("bench") / "repo"
+    generate_repo(target, BENCH_TENANTS)
+    return target
+
+
+@pytest.fixture(scope="session")
+def bench_desired(bench_template: Path) -> dict[str, set[str]]:
+    """Per table, the keys of the rows the bench repo needs (rendered without a backend)."""
+    from .ovnrun import desired_keys
+
+    return desired_keys(bench_template)
+
+
+@pytest.fixture
+def bench(bench_template: Path, lab, tmp_path: Path) -> Path:
+    """A repo of BENCH_TENANTS tenants, pointed at the lab."""
+    target = tmp_path / "bench"
+    shutil.copytree(bench_template, target)
+    use_northbound(target, lab.nb_remote)
+    return target

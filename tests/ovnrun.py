@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,41 @@ def add_instance(repo: Path, name: str, subnet: str = "web", group: str = "web")
         out.write(f"---\napiVersion: network.osac.io/v1alpha1\nkind: ComputeInstance\n"
                   f"metadata:\n  name: {name}\nspec:\n  networkAttachments:\n"
                   f"    - subnet: {subnet}\n      securityGroups: [{group}]\n")
+
+
+# --- the installation as a whole ------------------------------------------------------------
+
+
+def desired_keys(repo: Path) -> dict[str, set[str]]:
+    """Per table, the keys of the OVN rows a repo needs (rendered without a backend)."""
+    from reconciler.pipeline import render_desired
+    from reconciler.validate import validate_repo
+
+    validation = validate_repo(repo)
+    assert validation.ok, [d.to_json() for d in validation.diagnostics if d.is_error]
+    out: dict[str, set[str]] = {}
+    for obj in render_desired(validation, {}, only=["ovn"]).objects:
+        out.setdefault(obj.table, set()).add(obj.key)
+    return out
+
+
+def key_counts(remote: str, installation: str) -> dict[str, Counter[str]]:
+    """Per table, how many rows carry each `unet:key` of the installation."""
+    return {table: Counter(r["external_ids"]["unet:key"] for r in ours(remote, table,
+                                                                       installation))
+            for table in TABLES}
+
+
+def assert_consistent(lab: OvnLab, desired: dict[str, set[str]] | None,
+                      installation: str = "bench") -> int:
+    """No key twice; no row without our tags. With `desired`: exactly the desired rows."""
+    total = 0
+    for table, counts in key_counts(lab.nb_remote, installation).items():
+        twice = [key for key, count in counts.items() if count > 1]
+        assert not twice, f"{table}: duplicated rows {twice[:5]}"
+        every = rows(lab.nb_remote, table)
+        assert len(every) == len(counts), f"{table}: {len(every) - len(counts)} untagged rows"
+        if desired is not None:
+            assert set(counts) == desired.get(table, set()), table
+        total += len(counts)
+    return total

@@ -19,12 +19,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from reconciler.processes import process_alive
 
@@ -35,6 +32,7 @@ from .ovnrun import (
     TABLES,
     add_instance,
     apply,
+    assert_consistent,
     assert_noop,
     dump,
     nbctl_list,
@@ -50,9 +48,6 @@ from .ovnrun import (
     unet_env,
     wait_for_text,
 )
-
-BENCH_TENANTS = 100
-
 
 # --- 1. the example repo, applied -----------------------------------------------------------
 
@@ -400,59 +395,6 @@ def test_saved_plan_is_applied_exactly_and_refused_when_stale(
 # --- 5. killed and interrupted applies ------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def bench_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from reconciler.bench import generate_repo
-
-    target = tmp_path_factory.mktemp("bench") / "repo"
-    generate_repo(target, BENCH_TENANTS)
-    return target
-
-
-@pytest.fixture(scope="module")
-def bench_desired(bench_template: Path) -> dict[str, set[str]]:
-    """Per table, the keys of the rows the bench repo needs (rendered without a backend)."""
-    from reconciler.pipeline import render_desired
-    from reconciler.validate import validate_repo
-
-    validation = validate_repo(bench_template)
-    assert validation.ok
-    out: dict[str, set[str]] = {}
-    for obj in render_desired(validation, {}, only=["ovn"]).objects:
-        out.setdefault(obj.table, set()).add(obj.key)
-    return out
-
-
-@pytest.fixture
-def bench(bench_template: Path, lab: OvnLab, tmp_path: Path) -> Path:
-    """A repo of BENCH_TENANTS tenants (a few thousand rows), pointed at the lab."""
-    target = tmp_path / "bench"
-    shutil.copytree(bench_template, target)
-    use_northbound(target, lab.nb_remote)
-    return target
-
-
-def _keys(remote: str, installation: str) -> dict[str, Counter[str]]:
-    """Per table, how many rows carry each `unet:key` of the installation."""
-    return {table: Counter(r["external_ids"]["unet:key"] for r in ours(remote, table,
-                                                                       installation))
-            for table in TABLES}
-
-
-def _assert_consistent(lab: OvnLab, desired: dict[str, set[str]] | None) -> int:
-    """No key twice; no row without our tags. With `desired`: exactly the desired rows."""
-    total = 0
-    for table, counts in _keys(lab.nb_remote, "bench").items():
-        twice = [key for key, count in counts.items() if count > 1]
-        assert not twice, f"{table}: duplicated rows {twice[:5]}"
-        every = rows(lab.nb_remote, table)
-        assert len(every) == len(counts), f"{table}: {len(every) - len(counts)} untagged rows"
-        if desired is not None:
-            assert set(counts) == desired.get(table, set()), table
-        total += len(counts)
-    return total
-
-
 #: When to kill, one run after the other on the same database: (text unet has printed,
 #: then seconds more). The plan is printed right before the first transaction; a progress
 #: line follows each committed wave, while the next wave's transaction is built and sent;
@@ -482,7 +424,7 @@ def test_killed_applies_are_finished_by_the_next_run(
     started = time.monotonic()
     for text, delay in KILL_MOMENTS:
         _kill_at(tmp_path, bench, text, delay)
-        left.append(_assert_consistent(lab, None))  # never a row twice, even half-way
+        left.append(assert_consistent(lab, None))  # never a row twice, even half-way
     assert left[1] == 0, "killed before its first transaction"
     assert 0 < left[2] < left[3] <= left[4] <= total, f"each killed run got further: {left}"
     assert left[2] < total / 2, "killed in the middle of the apply"
@@ -490,7 +432,7 @@ def test_killed_applies_are_finished_by_the_next_run(
 
     finished = apply(tmp_path, bench)
     assert finished.returncode == 0, finished.stdout[-2000:] + finished.stderr
-    assert _assert_consistent(lab, desired) == total
+    assert assert_consistent(lab, desired) == total
     assert_noop(tmp_path, bench)
     rest = time.monotonic() - started - killed
     print(f"\nrows after each kill {left[1:]} of {total}; {len(KILL_MOMENTS)} killed runs "
@@ -540,12 +482,12 @@ def test_lost_replies_and_backend_restart_mid_apply(
     # It reconnected, took its lock again and finished; nothing was inserted twice.
     assert proc.returncode == 0, err.read_text()
     assert "Apply complete: " in out.read_text()
-    assert _assert_consistent(lab, bench_desired) == total
+    assert assert_consistent(lab, bench_desired) == total
 
     again = apply(tmp_path, bench)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr
     assert "No changes." in again.stdout
-    assert _assert_consistent(lab, bench_desired) == total
+    assert assert_consistent(lab, bench_desired) == total
     lab.sync()
     # The restart drops northd's NB connection too: reconnecting, or a write or read that
     # hit the closed socket, is expected; nothing else is.

@@ -107,10 +107,10 @@ class OvnManager(ManagerPlugin):
                 for name in sorted(names)] + list(self._foreign_children or ())
 
     def applied_digest(self) -> str | None:
-        return self.nb.global_tag(self._applied_tag)
+        return self.nb.global_tag(self.installation, self._applied_tag)
 
     def record_applied(self, digest: str) -> None:
-        self.nb.set_global_tag(self._applied_tag, digest)
+        self.nb.set_global_tag(self.installation, self._applied_tag, digest)
 
     @property
     def _applied_tag(self) -> str:

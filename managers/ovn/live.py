@@ -6,35 +6,28 @@ their parent's column; OVSDB drops them when no parent holds them, so nothing
 can be orphaned. A wave of steps is one transaction (large waves are split);
 every transaction's result is checked.
 
-Two connections. ovsdbapp's IDL finds the leader of a cluster, holds the
-installation's OVSDB lock (taking it again after a reconnect) and writes the
-few tags of NB_Global; it never loads the managed tables (their conditions
-match no row). The rows themselves are read and written by plain OVSDB
-`transact` requests on a connection of unet's own (`rpc.py`) to the server the
-IDL chose: one `select` reads the installation's rows, and each wave is one
-transaction of insert/update/delete/mutate operations built from the plan.
-The IDL would convert every value of every row twice (to its own types and
-back), which cost more than the server's own work; writes go only while the
-IDL holds the lock.
+Two connections. ovsdbapp's IDL finds the leader of a cluster and gives the
+schema; it never loads a row (its conditions match none). Everything else goes
+over a connection of unet's own (`rpc.py`) to the server the IDL chose: plain
+OVSDB `transact` requests read the installation's rows with one `select` and
+write each wave as one transaction of insert/update/delete/mutate operations
+built from the plan, and the same connection holds the installation's lock,
+which every write asserts (`fence.py`). The IDL would convert every value of
+every row twice (to its own types and back), which cost more than the server's
+own work.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import ovs.db.schema
 from ovsdbapp.backend.ovs_idl import connection, idlutils
-from ovsdbapp.backend.ovs_idl.transaction import Transaction
 
 from reconciler.diff import Change
-from reconciler.errors import UnetError
 from reconciler.heap import paused_collection
 from reconciler.objects import (
     TAG_HASH,
@@ -45,23 +38,16 @@ from reconciler.objects import (
 )
 from reconciler.order import Step
 
+from .fence import ConcurrentWrite, Fence, Interrupted, LockTimeout, OvnError
 from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
-from .rpc import ConnectionLost, Rpc
+from .rpc import Rpc
 
-TABLES = (*MANAGED_COLUMNS, "NB_Global")
+__all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "Observed", "OvnError"]
+
 #: Tables whose rows people and ovn-nbctl find by name: a foreign row there blocks the name.
 NAMED_TABLES = ("Logical_Switch", "Logical_Router", "Logical_Switch_Port", "Logical_Router_Port",
                 "Port_Group", "Address_Set", "Gateway_Chassis")
 MAX_ROWS_PER_TRANSACTION = 5000
-LOCK_HOLDER_TAG = "unet:lock-holder:"
-
-
-class OvnError(UnetError):
-    """The Northbound database cannot be reached or refused a change."""
-
-
-class LockTimeout(OvnError):
-    pass
 
 
 @dataclass
@@ -91,7 +77,6 @@ class Northbound:
         self.holding = _holding_columns(schema)
         for table, columns in _COLUMNS.items():
             helper.register_columns(table, list(columns))
-        helper.register_table("NB_Global")
         self.idl = connection.OvsdbIdl(remote, helper, leader_only=True)
         for table in MANAGED_COLUMNS:
             self.idl.cond_change(table, [False])  # rows are read and written with Rpc
@@ -102,31 +87,44 @@ class Northbound:
         except Exception as exc:
             raise OvnError(f"cannot sync with the OVN Northbound database at {remote}: "
                            f"{exc}") from exc
-        self.rpc: Rpc | None = None
+        self.fences: dict[str, Fence] = {}  # per installation: its lock and writes
         self.uuids: dict[str, tuple[str, str]] | None = None  # key → (table, UUID), ours
 
     def close(self) -> None:
-        if self.rpc is not None:
-            self.rpc.close()
+        for fence in self.fences.values():
+            fence.close()
         self.conn.stop(timeout=5)
+
+    def fence(self, installation: str) -> Fence:
+        """The connection that reads, writes and holds the lock for `installation`."""
+        if installation not in self.fences:
+            self.fences[installation] = Fence(self._connect, installation)
+        return self.fences[installation]
+
+    def _connect(self) -> Rpc:
+        """unet's own connection, to the server the IDL chose (a cluster's leader)."""
+        with self.conn.lock:
+            remote = self.idl._session.get_name()
+        return Rpc(remote, self.timeout)
 
     # -- observe ----------------------------------------------------------------------------
     def observe(self, installation: str, manager: str) -> Observed:
         operations = [_select(table, installation, True, self.holding.get(table, {}))
                       for table in MANAGED_COLUMNS]
         operations += [_select(table, installation, False) for table in NAMED_TABLES]
-        results = self._read(operations)
+        results = self.fence(installation).read(operations)
         ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
         with paused_collection(transient=True):
             keys = _keys(ours)
             inside = _foreign_inside(ours, self.holding, keys[0])
-            described = self._describe({child for found in inside.values() for child in found})
+            described = self._describe(installation, {child for found in inside.values()
+                                                      for child in found})
             observed = _observe(self.idl, ours, names, manager, keys, inside, described)
         self.uuids = observed.uuids
         return observed
 
-    def _describe(self, children: set[tuple[str, str]]) -> dict[str, str]:
+    def _describe(self, installation: str, children: set[tuple[str, str]]) -> dict[str, str]:
         """UUID → how people know each of these rows of others (one request for all)."""
         if not children:
             return {}
@@ -137,29 +135,10 @@ class Northbound:
             operations.append({"op": "select", "table": table, "columns": columns,
                                "where": [["_uuid", "==", ["uuid", uuid]]]})
         out = {}
-        for (table, uuid), found in zip(order, self._read(operations), strict=True):
+        for (table, uuid), found in zip(order, self.fence(installation).read(operations),
+                                        strict=True):
             out[uuid] = _label(table, uuid, found[0] if found else {})
         return out
-
-    def _rpc(self) -> Rpc:
-        """unet's own connection, to the server the IDL chose (a cluster's leader)."""
-        if self.rpc is None:
-            with self.conn.lock:
-                remote = self.idl._session.get_name()
-            self.rpc = Rpc(remote, self.timeout)
-        return self.rpc
-
-    def _read(self, operations: list[dict[str, Any]]) -> list[Any]:
-        """The rows of each select."""
-        try:
-            results = self._rpc().transact(operations)
-        except ConnectionLost as exc:
-            self.rpc = None
-            raise OvnError(f"reading the OVN Northbound database failed: {exc}") from exc
-        problems = [r["error"] for r in results if isinstance(r, dict) and "error" in r]
-        if problems:
-            raise OvnError(f"reading the OVN Northbound database failed: {problems[0]}")
-        return [r["rows"] for r in results]
 
     # -- apply ------------------------------------------------------------------------------
     def apply(self, waves: Sequence[Sequence[Step]], changes: dict[str, Change],
@@ -183,125 +162,71 @@ class Northbound:
                      installation: str) -> None:
         """One transaction; after a lost connection, again unless it did commit."""
         assert self.uuids is not None
-        deadline = time.monotonic() + self.timeout
+        fence = self.fence(installation)
         while True:
-            self._hold_lock(installation, deadline)
             wave = _Wave(steps, changes, self.uuids, installation, self.idl)
             if not wave.operations:
                 return
             try:
-                results = self._rpc().transact(wave.operations)
-            except ConnectionLost as exc:
-                self.rpc = None
-                self._reread_uuids(installation, deadline, exc)
-                if wave.committed(self.uuids):
+                results = fence.write(wave.operations)
+            except Interrupted:
+                if self._recover(fence, installation):
                     return
                 continue
             wave.check(results)
             wave.settle(results, self.uuids)
             return
 
-    def _reread_uuids(self, installation: str, deadline: float, cause: Exception) -> None:
-        """After a lost connection: our rows as they are now, asked until the server
-        answers. Nothing is sent again before that, or a committed insert would be
-        inserted twice."""
+    def _recover(self, fence: Fence, installation: str) -> bool:
+        """After an interrupted write: the lock again and our rows read back (the UUIDs of
+        rows it inserted, if it committed); whether it committed. Raises ConcurrentWrite when
+        another run wrote meanwhile."""
+        committed = False
         while True:
-            if time.monotonic() > deadline:
-                raise OvnError(f"the Northbound database did not answer: {cause}") from cause
-            time.sleep(0.2)
+            committed = fence.regain() or committed
             try:
                 self.uuids = self._our_uuids(installation)
-                return
+                return committed
             except OvnError:
-                continue
-
-    def _hold_lock(self, installation: str, deadline: float) -> None:
-        """Writes go on only while this run holds its lock (the IDL takes it again after a
-        reconnect)."""
-        while True:
-            with self.conn.lock:
-                if self.idl.lock_name is None or self.idl.has_lock:
-                    return
-            if time.monotonic() > deadline:
-                raise LockTimeout(f"lost the lock of installation {installation} and could "
-                                  "not take it again; nothing more was written")
-            time.sleep(0.05)
+                continue  # lost again while reading: take the lock again first
 
     def _our_uuids(self, installation: str) -> dict[str, tuple[str, str]]:
         """Key → (table, UUID) of the installation's rows."""
         operations = [{**_select(table, installation, True), "columns": ["_uuid", "external_ids"]}
                       for table in MANAGED_COLUMNS]
-        results = self._read(operations)
+        results = self.fence(installation).read(operations)
         _key_of, uuids = _keys(dict(zip(MANAGED_COLUMNS, results, strict=True)))
         return uuids
-
-    def _commit(self, commands: list[Any]) -> None:
-        txn = Transaction(_Api(self.idl), self.conn, self.timeout, check_error=True,
-                          log_errors=False)
-        for command in commands:
-            txn.add(command)
-        try:
-            txn.commit()
-        except Exception as exc:
-            raise OvnError(f"the Northbound database refused the transaction: {exc}") from exc
 
     # -- lock -------------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, installation: str, timeout: float) -> Iterator[None]:
         """Hold the OVSDB named lock `unet_<installation>` for the duration."""
-        name = "unet_" + installation.replace("-", "_")  # lock names are OVSDB <id>s
-        with self.conn.lock:
-            self.idl.set_lock(name)
-        self.conn.txns.alert_notify()
-        deadline = time.monotonic() + timeout
-        while True:
-            with self.conn.lock:
-                if self.idl.has_lock:
-                    break
-            if time.monotonic() > deadline:
-                holder = self._holder(name)
-                with self.conn.lock:
-                    self.idl.set_lock(None)
-                raise LockTimeout(f"another unet run holds the lock {name} ({holder}); waited "
-                                  f"{timeout:g} s — try again later or raise --lock-timeout")
-            time.sleep(0.05)
-        me = f"{socket.gethostname()} pid {os.getpid()} since " \
-             f"{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
-        self.set_global_tag(LOCK_HOLDER_TAG + name, me)
+        fence = self.fence(installation)
+        fence.acquire(timeout)
         try:
             yield
         finally:
-            with contextlib.suppress(OvnError):
-                self.set_global_tag(LOCK_HOLDER_TAG + name, None)
-            with self.conn.lock:
-                self.idl.set_lock(None)
-            self.conn.txns.alert_notify()
+            fence.release()
 
-    def _holder(self, name: str) -> str:
-        return self.global_tag(LOCK_HOLDER_TAG + name) or "holder unknown"
-
-    def global_tag(self, tag: str) -> str | None:
+    def global_tag(self, installation: str, tag: str) -> str | None:
         """A tag unet keeps in NB_Global.external_ids."""
-        with self.conn.lock:
-            for row in self.idl.tables["NB_Global"].rows.values():
-                value = row.external_ids.get(tag)
-                if value:
-                    return str(value)
-        return None
+        return self.fence(installation).tags()[1].get(tag) or None
 
-    def set_global_tag(self, tag: str, value: str | None) -> None:
-        self._commit([_SetGlobalTag(tag, value)])
-
-
-class _Api:
-    """The little of an ovsdbapp API object that Transaction needs."""
-
-    def __init__(self, idl: Any) -> None:
-        self.idl = idl
-
-    @property
-    def tables(self) -> Any:
-        return self.idl.tables
+    def set_global_tag(self, installation: str, tag: str, value: str) -> None:
+        """Set a tag in NB_Global.external_ids, as one of this run's writes."""
+        fence = self.fence(installation)
+        while True:
+            try:
+                fence.write([{"op": "mutate", "table": "NB_Global",
+                              "where": [["_uuid", "==", ["uuid", fence.row]]],
+                              "mutations": [["external_ids", "delete", ["set", [tag]]],
+                                            ["external_ids", "insert",
+                                             ["map", [[tag, value]]]]]}])
+                return
+            except Interrupted:
+                if fence.regain():
+                    return
 
 
 def _configure_ssl(ssl: dict[str, str]) -> None:
@@ -631,14 +556,6 @@ class _Wave:
         raise OvnError(f"the Northbound database refused the transaction: "
                        f"{first['error']}{details}")
 
-    def committed(self, uuids: dict[str, tuple[str, str]]) -> bool:
-        """After a lost reply: a transaction is atomic, so one inserted row tells.
-
-        One without inserts is simply run again: its deletes skip rows already gone,
-        and its updates write the same values.
-        """
-        return bool(self.created) and self.created[0].key in uuids
-
     def settle(self, results: list[Any], uuids: dict[str, tuple[str, str]]) -> None:
         """Remember the real UUIDs of the inserted rows, forget the deleted ones."""
         inserted = [r["uuid"][1] for r, op in zip(results, self.operations, strict=False)
@@ -658,29 +575,3 @@ def _value(value: Any, kind: Any) -> Any:
     if kind.is_set():
         return ["set", list(value)]
     return value
-
-
-class _SetGlobalTag:
-    """Set (or clear) a tag in NB_Global.external_ids: the lock holder, the applied digest."""
-
-    result = None
-
-    def __init__(self, tag: str, value: str | None) -> None:
-        self.tag = tag
-        self.value = value
-
-    def __str__(self) -> str:
-        return f"unet global tag {self.tag}"
-
-    def run_idl(self, txn: Any) -> None:
-        table = txn.idl.tables["NB_Global"]
-        rows = list(table.rows.values())
-        row = rows[0] if rows else txn.insert(table)
-        if self.value is None:
-            row.delkey("external_ids", self.tag)
-        else:
-            row.setkey("external_ids", self.tag, self.value)
-
-    def post_commit(self, txn: Any) -> None:
-        pass
-

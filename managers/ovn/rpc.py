@@ -27,6 +27,8 @@ _BLOCK = 1 << 22
 _REPLY_END = b'"error":null}'
 #: Shorter buffers ending in "}" may hold a whole message (an error, an echo): try them.
 _SMALL = 1 << 20
+#: Seconds between echo requests while waiting for news (a lock) on a quiet connection.
+_PROBE = 5.0
 
 
 class ConnectionLost(Exception):
@@ -35,7 +37,8 @@ class ConnectionLost(Exception):
 
 
 class Rpc:
-    """One connection; one request at a time."""
+    """One connection; one request at a time. It also holds OVSDB locks: a lock belongs
+    to the connection that asked for it, and ends with it."""
 
     def __init__(self, remote: str, timeout: float) -> None:
         self.remote = remote
@@ -43,24 +46,48 @@ class Rpc:
         self.stream: Any = None
         self.pending = bytearray()  # received, not yet decoded
         self.next_id = 0
+        self.locks: set[str] = set()  # held on this connection now
 
     def close(self) -> None:
         if self.stream is not None:
             self.stream.close()
             self.stream = None
+        self.locks.clear()
 
     def transact(self, operations: list[dict[str, Any]]) -> list[Any]:
         """The result of each operation (dicts with "error" for refused ones), plus a
         trailing error when the whole transaction failed."""
+        result = self._request("transact", [DATABASE, *operations])
+        if not isinstance(result, list):
+            raise ConnectionLost(f"unexpected reply {str(result)[:200]}")
+        return result
+
+    def lock(self, name: str, seconds: float) -> bool:
+        """Ask for the lock `name` and wait up to `seconds` for the server to grant it.
+        When it is not granted in time, the request is withdrawn."""
+        if self._request("lock", [name]).get("locked"):
+            self.locks.add(name)
+            return True
+        deadline = time.monotonic() + seconds
+        while name not in self.locks:
+            message = self._receive(until=deadline)
+            if message is None:
+                self._request("unlock", [name])  # stop waiting in the server's queue
+                return False
+            self._handle(message)
+        return True
+
+    def unlock(self, name: str) -> None:
+        self.locks.discard(name)
+        self._request("unlock", [name])
+
+    def _request(self, method: str, params: list[Any]) -> Any:
         self.next_id += 1
-        reply = self._call({"id": self.next_id, "method": "transact",
-                            "params": [DATABASE, *operations]}, self.next_id)
+        reply = self._call({"id": self.next_id, "method": method, "params": params},
+                           self.next_id)
         if reply.get("error") is not None:
             raise ConnectionLost(f"the server refused the request: {reply['error']}")
-        result = reply.get("result")
-        if not isinstance(result, list):
-            raise ConnectionLost(f"unexpected reply {str(reply)[:200]}")
-        return result
+        return reply.get("result")
 
     def _call(self, request: dict[str, Any], request_id: int) -> dict[str, Any]:
         if self.stream is None:
@@ -69,14 +96,24 @@ class Rpc:
             self._send(json.dumps(request).encode())
             while True:
                 message = self._receive()
-                if message.get("method") == "echo":  # the server's inactivity probe
-                    self._send(json.dumps({"id": message.get("id"), "result":
-                                           message.get("params", []), "error": None}).encode())
-                elif message.get("id") == request_id:
+                assert message is not None
+                if message.get("id") == request_id and "method" not in message:
                     return message
+                self._handle(message)
         except ConnectionLost:
             self.close()
             raise
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        """A message that is not the reply awaited: a probe, or news about a lock."""
+        method, params = message.get("method"), message.get("params") or []
+        if method == "echo":  # the server's inactivity probe
+            self._send(json.dumps({"id": message.get("id"), "result": params,
+                                   "error": None}).encode())
+        elif method == "locked" and params:
+            self.locks.add(params[0])
+        elif method == "stolen" and params:
+            self.locks.discard(params[0])
 
     def _connect(self) -> None:
         error, stream = ovs_stream.Stream.open_block(ovs_stream.Stream.open(self.remote),
@@ -99,10 +136,15 @@ class Rpc:
             else:
                 raise ConnectionLost(f"sending to {self.remote}: {os.strerror(-sent)}")
 
-    def _receive(self) -> dict[str, Any]:
-        """The next whole JSON message."""
+    def _receive(self, until: float | None = None) -> dict[str, Any] | None:
+        """The next whole JSON message; None once `until` (a monotonic time) has passed.
+
+        Waiting longer than the timeout for a message is a lost connection; while waiting
+        `until` a later time, an echo every few seconds keeps the connection talking.
+        """
         buffer = self.pending
         deadline = time.monotonic() + self.timeout
+        probe = time.monotonic() + _PROBE
         while True:
             if buffer.endswith(b"}") and (len(buffer) < _SMALL or buffer.endswith(_REPLY_END)):
                 decoded = _decode(buffer)
@@ -113,9 +155,16 @@ class Rpc:
             self.stream.run()
             error, data = self.stream.recv(_BLOCK)
             if error == errno.EAGAIN:
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if until is not None and now > until:
+                    return None
+                if now > deadline:
                     raise ConnectionLost(f"no reply from {self.remote} in {self.timeout:g} s")
-                self._wait(self.stream.recv_wait)
+                if until is not None and now > probe:
+                    self._send(json.dumps({"id": "probe", "method": "echo",
+                                           "params": []}).encode())
+                    probe = now + _PROBE
+                self._wait(self.stream.recv_wait, min(until or deadline, deadline) - now)
             elif error:
                 raise ConnectionLost(f"reading from {self.remote}: {os.strerror(error)}")
             elif not data:
@@ -124,11 +173,11 @@ class Rpc:
                 buffer += data
                 deadline = time.monotonic() + self.timeout
 
-    def _wait(self, wait_for: Any) -> None:
+    def _wait(self, wait_for: Any, seconds: float | None = None) -> None:
         poller = ovs_poller.Poller()
         self.stream.run_wait(poller)
         wait_for(poller)
-        poller.timer_wait(int(self.timeout * 1000))
+        poller.timer_wait(max(1, int(min(seconds or self.timeout, _PROBE) * 1000)))
         poller.block()
 
 
