@@ -454,13 +454,16 @@ def test_contract_object_that_appears_after_the_plan_is_not_overwritten(env: Env
               "metadata": {"name": "unet.acme.web", "namespace": "metallb-system"},
               "spec": {"addresses": ["198.51.100.0/28"]}}
     a1.put(theirs)
-    code, _, err = env.unet("apply", str(plan), "--auto-approve")
+    # The saved plan is made again before anything is applied: the name is taken now.
+    code, out, err = env.unet("apply", str(plan), "--auto-approve")
     assert code == 1
-    assert ("IPAddressPool unet.acme.web on cluster hosting-a1 (context hosting-a1) exists "
-            "and is not managed by unet") in err
-    assert "not tried: it needs hosting-a1/IPAddressPool/metallb-system/unet.acme.web" in err
+    assert "NAME_CONFLICT" in out
+    assert "IPAddressPool metallb-system/unet.acme.web on cluster hosting-a1 (for " \
+           "Subnet/acme/web) already exists and is not managed by unet" in out
+    assert "nothing was applied" in err
     assert a1.get(POOLS, "unet.acme.web", "metallb-system")["spec"]["addresses"] == \
         ["198.51.100.0/28"]
+    assert env.names("hosting-a2", CUDNS) == [], "nothing applied anywhere"
 
 
 def test_contract_rbac_denial_names_verb_and_resource(make_env: Any) -> None:
