@@ -974,7 +974,8 @@ def prepared_repo(work: Path, tenants: int) -> tuple[Path, Path, dict[str, Any]]
     _commit(repo)
     commit_s = time.perf_counter() - start
     generate_repo(live, tenants, northbound="${" + NB_ENV + "}", reconcile="repair")
-    files = sum(1 for _ in repo.rglob("*.yaml"))
+    # Not rglob over the repo: a background `git gc --auto` may be pruning .git/objects.
+    files = 1 + sum(1 for top in ("provider", "tenants") for _ in (repo / top).rglob("*.yaml"))
     meta = {"generator": GENERATOR_VERSION, "tenants": tenants, "manifests": manifests,
             "files": files, "generate_s": round(generate_s, 3), "commit_s": round(commit_s, 3)}
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
