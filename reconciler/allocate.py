@@ -258,12 +258,14 @@ class _Allocator:
                 vip_keys.append(key)
         block = space.vip_block
         for key in [*wanted, *vip_keys]:  # what is held stays where it is
-            value = _ip_int(self._seen(key) or "", version)
+            seen = self._seen(key)
+            value = _ip_int(seen, version) if seen is not None else None
             in_block = block is not None and block[0] <= (value or 0) <= block[1]
-            if value is not None and space.net.first <= value <= space.net.last \
-                    and value not in taken and (not in_block or key in vip_keys):
+            if seen is not None and value is not None and value not in taken \
+                    and space.net.first <= value <= space.net.last \
+                    and (not in_block or key in vip_keys):
                 taken.add(value)
-                self._keep(key, str(netaddr.IPAddress(value, version)), subnet.ref)
+                self._keep(key, seen, subnet.ref)
         for key, fixed, manifest, path in claims:
             address = netaddr.IPAddress(fixed)
             self._claim(key, int(address), held, str(address), manifest, path)
@@ -314,7 +316,8 @@ class _Allocator:
         fixed = {key: eip for key, eip in wanted
                  if eip is not None and eip.obj.spec.address is not None}
         for key, _eip in wanted:
-            value = _ip_int(self._seen(key) or "", version)
+            seen = self._seen(key)
+            value = _ip_int(seen, version) if seen is not None else None
             if key not in fixed and value is not None and value not in taken and \
                     any(a <= value <= b for a, b in space.ranges):
                 taken.add(value)
@@ -349,47 +352,52 @@ class _Allocator:
 
 
 class _Holdings:
-    """The observed allocations, by the space each one is drawn from."""
+    """The observed allocations, by the space each one is drawn from, parsed once."""
 
     def __init__(self, observed: Mapping[str, Held]) -> None:
         self.segments: dict[str, int] = {}
-        # ports' addresses and MACs, VIPs: by subnet, or by tenant when the subnet is unknown
-        self._in_subnet: dict[str, list[tuple[str, str, Held]]] = defaultdict(list)
-        self._in_tenant: dict[str, list[tuple[str, str, Held]]] = defaultdict(list)
-        self._external: list[tuple[str, Held]] = []
+        # (family or "mac", value, key) of ports' addresses and MACs and of VIPs: by subnet,
+        # or by tenant when the subnet is unknown
+        self._in_subnet: dict[str, list[tuple[int | str, int, str]]] = defaultdict(list)
+        self._in_tenant: dict[str, list[tuple[int | str, int, str]]] = defaultdict(list)
+        self._external: list[tuple[int, int, str]] = []  # (family, value, key)
         for key, held in observed.items():
             kind, _, rest = key.partition("/")
             if kind == "segment" and held.value.isdigit():
                 self.segments[key] = int(held.value)
             elif kind in ("ipv4", "ipv6", "vip", "mac"):
+                parsed = (("mac", _mac_int(held.value)) if kind == "mac"
+                          else _ip_family_int(held.value))
+                if parsed is None:
+                    continue
+                entry = (*parsed, key)
                 if held.scope is not None:
-                    self._in_subnet[held.scope].append((kind, key, held))
+                    self._in_subnet[held.scope].append(entry)
                 else:
-                    self._in_tenant[rest.split("/", 1)[0]].append((kind, key, held))
+                    self._in_tenant[rest.split("/", 1)[0]].append(entry)
             elif kind in ("eip", "gateway"):
-                self._external.append((key, held))
+                parsed = _ip_family_int(held.value)
+                if parsed is not None:
+                    self._external.append((*parsed, key))
 
-    def _of(self, subnet: Manifest) -> list[tuple[str, str, Held]]:
+    def _of(self, subnet: Manifest) -> list[tuple[int | str, int, str]]:
         return [*self._in_subnet.get(subnet.ref, ()), *self._in_tenant.get(str(subnet.tenant), ())]
 
     def addresses(self, subnet: Manifest, version: int, space: AddressSpace) -> dict[int, str]:
         out: dict[int, str] = {}
-        for kind, key, held in self._of(subnet):
-            value = _ip_int(held.value, version) if kind != "mac" else None
-            if value is not None and space.net.first <= value <= space.net.last:
+        for family, value, key in self._of(subnet):
+            if family == version and space.net.first <= value <= space.net.last:
                 out.setdefault(value, key)
         return out
 
     def macs(self, subnet: Manifest) -> dict[int, str]:
-        return {_mac_int(held.value): key for kind, key, held in self._of(subnet)
-                if kind == "mac"}
+        return {value: key for family, value, key in self._of(subnet) if family == "mac"}
 
     def external(self, version: int, space: AddressSpace) -> dict[int, str]:
         """Pools never overlap: an external address is held in the pool that holds it."""
         out: dict[int, str] = {}
-        for key, held in self._external:
-            value = _ip_int(held.value, version)
-            if value is not None and space.net.first <= value <= space.net.last:
+        for family, value, key in self._external:
+            if family == version and space.net.first <= value <= space.net.last:
                 out.setdefault(value, key)
         return out
 
@@ -439,8 +447,18 @@ def _mac_int(text: str) -> int:
 
 
 def _ip_int(text: str, version: int) -> int | None:
+    found = _ip_family_int(text)
+    return found[1] if found is not None and found[0] == version else None
+
+
+def _ip_family_int(text: str) -> tuple[int, int] | None:
+    """(family, value) of an address; None when it is not one."""
+    # Parse failures raise, and the garbage collector is paused while planning: their
+    # tracebacks would pile up. Text with a ':' is only ever IPv6.
+    if not text:
+        return None
+    version = 6 if ":" in text else 4
     try:
-        ip = netaddr.IPAddress(text, flags=netaddr.INET_PTON)
+        return version, int(netaddr.IPAddress(text, version, flags=netaddr.INET_PTON))
     except (netaddr.AddrFormatError, TypeError, ValueError):
         return None
-    return int(ip) if ip.version == version else None
