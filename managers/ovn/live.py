@@ -89,6 +89,7 @@ class Northbound:
                            f"{exc}") from exc
         self.fences: dict[str, Fence] = {}  # per installation: its lock and writes
         self.uuids: dict[str, tuple[str, str]] | None = None  # key → (table, UUID), ours
+        self.inserted: set[str] = set()  # keys of the rows inserted through this connection
 
     def close(self) -> None:
         for fence in self.fences.values():
@@ -164,17 +165,19 @@ class Northbound:
         assert self.uuids is not None
         fence = self.fence(installation)
         while True:
-            wave = _Wave(steps, changes, self.uuids, installation, self.idl)
+            wave = _Wave(steps, changes, self.uuids, self.inserted, installation, self.idl)
             if not wave.operations:
                 return
             try:
                 results = fence.write(wave.operations)
             except Interrupted:
                 if self._recover(fence, installation):
+                    self.inserted.update(obj.key for obj in wave.created)
                     return
                 continue
             wave.check(results)
             wave.settle(results, self.uuids)
+            self.inserted.update(obj.key for obj in wave.created)
             return
 
     def _recover(self, fence: Fence, installation: str) -> bool:
@@ -431,8 +434,10 @@ class _Wave:
     """
 
     def __init__(self, steps: list[Step], changes: dict[str, Change],
-                 uuids: dict[str, tuple[str, str]], installation: str, idl: Any) -> None:
+                 uuids: dict[str, tuple[str, str]], inserted: set[str], installation: str,
+                 idl: Any) -> None:
         self.uuids = uuids
+        self.inserted = inserted  # rows inserted by earlier transactions of this apply
         self.installation = installation
         self.tables = idl.tables
         self.names: dict[str, str] = {}  # key → uuid-name of the rows inserted here
@@ -533,7 +538,10 @@ class _Wave:
                if before is None or before.fields.get(name) != value}
         for column in REF_COLUMNS.get(obj.table, ()):
             wanted = obj.refs.get(column, ())
-            if before is not None and before.refs.get(column, ()) == wanted:
+            # The same keys may name new rows: a referenced row replaced in this apply is
+            # a new row, and OVSDB dropped the (weak) reference to the old one.
+            if before is not None and before.refs.get(column, ()) == wanted and not any(
+                    key in self.inserted or key in self.names for key in wanted):
                 continue
             targets = [ref for ref in map(self._ref, wanted) if ref is not None]
             if columns[column].type.is_optional():

@@ -1,0 +1,113 @@
+"""Plans that tell the truth, and applies that converge in one run, on a real OVN database.
+
+A reviewer approves what the plan says and an operator trusts that one apply finishes the
+job: after any change, one `unet apply` and then `unet plan` must find nothing to do, and
+every port must be in its groups the moment the apply ends (a port missing from its
+network's default-drop group is unfiltered).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import shutil
+from pathlib import Path
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from reconciler.cli import main
+
+from .conftest import EXAMPLE
+from .ovnlab import NB_SCHEMA, OvnLab
+from .ovnrun import apply, plan, row_named, rows, unet
+from .test_plan_golden import edit_text
+from .test_plan_props import EDITS, EXAMPLE_FILES, validate_memory, write_layout
+
+NETWORK = "tenants/acme/network.yaml"
+
+
+def _one_apply_converges(tmp_path: Path, repo: Path, *, saved: bool = False) -> None:
+    if saved:
+        plan_file = tmp_path / "plan.json"
+        assert plan(tmp_path, repo, "-o", str(plan_file)).returncode == 0
+        done = unet(tmp_path, "apply", str(plan_file), "--auto-approve")
+    else:
+        done = apply(tmp_path, repo)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert "not as planned" not in done.stderr
+    again = plan(tmp_path, repo, "--detailed-exitcode")
+    assert again.returncode == 0, again.stdout[-3000:]
+
+
+def _groups_of(lab: OvnLab, port: str) -> set[str]:
+    uuid = row_named(lab.nb_remote, "Logical_Switch_Port", port)["_uuid"]
+    return {r["name"] for r in rows(lab.nb_remote, "Port_Group") if uuid in r["ports"]}
+
+
+def test_moving_a_subnet_converges_in_one_apply(lab: OvnLab, repo: Path,
+                                                tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    edit_text(repo, NETWORK, "ipv4Cidr: 10.10.1.0/24\n", "ipv4Cidr: 10.10.5.0/24\n")
+    edit_text(repo, NETWORK, "gateway: 10.10.1.1\n", "gateway: 10.10.5.1\n")
+    _one_apply_converges(tmp_path, repo)
+    assert _groups_of(lab, "unet.acme.vm.web-1.0") == {"unet.acme.prod", "unet.acme.prod.web"}
+
+    # The same with a saved plan, and moving it back.
+    edit_text(repo, NETWORK, "ipv4Cidr: 10.10.5.0/24\n", "ipv4Cidr: 10.10.1.0/24\n")
+    edit_text(repo, NETWORK, "gateway: 10.10.5.1\n", "gateway: 10.10.1.1\n")
+    _one_apply_converges(tmp_path, repo, saved=True)
+    assert _groups_of(lab, "unet.acme.vm.web-1.0") == {"unet.acme.prod", "unet.acme.prod.web"}
+
+
+def test_moving_a_clusters_subnet_converges_in_one_apply(lab: OvnLab, repo: Path,
+                                                         tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    edit_text(repo, NETWORK, "ipv4Cidr: 10.10.8.0/22\n", "ipv4Cidr: 10.10.12.0/22\n")
+    _one_apply_converges(tmp_path, repo)
+    assert _groups_of(lab, "unet.acme.cluster.k1.0") == {"unet.acme.prod",
+                                                         "unet.acme.prod.k1_nodes"}
+
+
+# --- random edits, applied for real -----------------------------------------------------------
+
+
+def _fresh_northbound(lab: OvnLab) -> None:
+    lab.stop_daemon("nb")
+    (lab.root / "nb.db").unlink(missing_ok=True)
+    lab.start_db("nb", NB_SCHEMA)
+    lab.nbctl("init")
+
+
+def _run(*argv: str) -> int:
+    return main([*argv, "--manager", "ovn"])
+
+
+# UNET_APPLY_EXAMPLES=100 for a longer campaign; each example applies two revisions.
+@settings(max_examples=int(os.environ.get("UNET_APPLY_EXAMPLES", "12")),
+          deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                HealthCheck.function_scoped_fixture,
+                                                HealthCheck.filter_too_much])
+@given(st.lists(st.tuples(st.sampled_from(sorted(EDITS)), st.integers(0, 2**32)),
+                min_size=1, max_size=4))
+def test_one_apply_of_any_edit_leaves_nothing_to_do(
+        lab: OvnLab, tmp_path: Path, edits: list[tuple[str, int]]) -> None:
+    files = copy.deepcopy(EXAMPLE_FILES)
+    for name, seed in edits:
+        EDITS[name](files, random.Random(seed))
+    assume(validate_memory(files).ok)
+    head = tmp_path / "head"
+    shutil.rmtree(head, ignore_errors=True)
+    write_layout(files, head, None)
+    base = tmp_path / "base"
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.copytree(EXAMPLE, base)
+    for repo in (base, head):
+        for path in repo.rglob("*.yaml"):
+            path.write_text(path.read_text().replace("northbound: embedded",
+                                                     f"northbound: {lab.nb_remote}"))
+    _fresh_northbound(lab)
+    assert _run("apply", str(base), "--auto-approve") == 0
+    assert _run("apply", str(head), "--auto-approve") == 0, edits
+    assert _run("plan", str(head), "--detailed-exitcode") == 0, edits
