@@ -35,6 +35,7 @@ class Change:
     actions: tuple[str, ...]
     reason: str
     fields: list[FieldChange] = field(default_factory=list)
+    forces: tuple[str, ...] = ()  # of a replace: what forces it ("parent", field paths)
 
     @property
     def obj(self) -> BackendObject:
@@ -73,12 +74,17 @@ def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool
     field_changes = _field_changes(have, want)
     if have.parent != want.parent:
         return Change(want.uid, have, want, REPLACE,
-                      f"moves from {_parent_text(have)} to {_parent_text(want)}", field_changes)
+                      f"moves from {_parent_text(have)} to {_parent_text(want)}", field_changes,
+                      ("parent",))
     immutable_before = have.meta.get(TAG_IMMUTABLE)
     immutable_after = want.meta.get(TAG_IMMUTABLE)
     if immutable_before and immutable_after and immutable_before != immutable_after:
-        return Change(want.uid, have, want, REPLACE,
-                      f"an immutable field of {want.owner} changed", field_changes)
+        forced = tuple(c.path for c in field_changes
+                       if any(c.path == f"fields.{p}" or c.path.startswith(f"fields.{p}.")
+                              for p in want.immutable_fields))
+        reason = (", ".join(f.removeprefix("fields.") for f in forced) + " cannot change in "
+                  "place") if forced else f"an immutable field of {want.owner} changed"
+        return Change(want.uid, have, want, REPLACE, reason, field_changes, forced)
     if not field_changes:
         return Change(want.uid, have, want, (NOOP,), "up to date")
     changed = ", ".join(sorted({c.path.split(".")[0] for c in field_changes}))

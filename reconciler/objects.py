@@ -77,6 +77,9 @@ class BackendObject:
     # Observed only: objects of others that live inside this one and would be destroyed
     # with it (an operator's port in a unet switch), described for people.
     holds: tuple[str, ...] = field(default=(), compare=False)
+    # Desired only: fields the backend cannot change in place (a change replaces the
+    # object), as paths under `fields`, e.g. "spec.network" of a ClusterUserDefinedNetwork.
+    immutable_fields: tuple[str, ...] = field(default=(), compare=False)
     _hash: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
 
     @property

@@ -38,6 +38,7 @@ from .plan import (
     group_by_owner,
     object_label,
     protected_destroys,
+    replaced_rows_reason,
     resource_actions,
 )
 from .plugins import installed_plugins
@@ -138,7 +139,8 @@ def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
                 **({TAG_PROTECTED: "true"} if owner.obj.prevent_destroy else {})}
         meta = {**tags[obj.owner], **obj.meta}
         out.append(BackendObject(obj.manager, obj.table, obj.key, obj.owner, obj.fields,
-                                 obj.refs, obj.parent, obj.unknown, meta))
+                                 obj.refs, obj.parent, obj.unknown, meta,
+                                 immutable_fields=obj.immutable_fields))
     return out
 
 
@@ -248,8 +250,9 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest]) -> list[Re
             out.append(ResourcePlan(address, (NOOP,), "no backend objects"))
             continue
         actions, reason = resource_actions(owned)
-        if actions == (NOOP,) and any(c.after is None for c in owned):
-            reason = "kept: removed from the repo, but prune is off"
+        if all(c.after is None or c.after is c.before for c in owned):  # prune is off
+            kept = "kept: removed from the repo, but prune is off"
+            reason = kept if actions == (NOOP,) else f"{kept}; {reason}"
         out.append(ResourcePlan(address, actions, reason, owned))
     return out
 
@@ -300,10 +303,12 @@ def _resource(address: str, rows: list[Change], before: Manifest | None,
     if before is None and after is not None:
         return ResourcePlan(address, (CREATE,), _new_reason(after, rows), rows)
     if after is None:
-        if not prune:  # its rows stay; a replaced parent makes them be recreated (update)
-            moved = any(c.actions != (NOOP,) for c in rows)
-            return ResourcePlan(address, (UPDATE,) if moved else (NOOP,),
-                                "kept: removed from the repo, but prune is off", rows)
+        if not prune:  # its rows stay; a replaced parent makes them be recreated
+            kept = "kept: removed from the repo, but prune is off"
+            if any(c.is_replace for c in rows):
+                return ResourcePlan(address, REPLACE, f"{kept}; {replaced_rows_reason(rows)}",
+                                    rows)
+            return ResourcePlan(address, (NOOP,), kept, rows)
         return ResourcePlan(address, (DELETE,), "removed from the repo", rows)
     unchanged_rows = all(c.actions == (NOOP,) for c in rows)
     if before is None or (before is after and unchanged_rows):
@@ -312,6 +317,8 @@ def _resource(address: str, rows: list[Change], before: Manifest | None,
     if changed:
         return ResourcePlan(address, REPLACE, "immutable fields changed: " + ", ".join(changed),
                             rows, changed)
+    if any(c.is_replace for c in rows):
+        return ResourcePlan(address, REPLACE, replaced_rows_reason(rows), rows)
     if not unchanged_rows:
         row_changes = [c for c in rows if c.actions != (NOOP,)]
         tables = sorted({c.obj.table for c in row_changes})

@@ -35,7 +35,7 @@ def object_label(obj: BackendObject) -> str:
     if not isinstance(name, str):
         metadata = obj.fields.get("metadata")
         name = metadata.get("name") if isinstance(metadata, dict) else None
-    return f"{obj.table} {name if isinstance(name, str) else obj.key}"
+    return f"{obj.table} {name if isinstance(name, str) else obj.key.removeprefix(obj.table + '/')}"
 
 
 @dataclass
@@ -175,18 +175,33 @@ def resource_actions(rows: list[Change]) -> tuple[tuple[str, ...], str]:
         return (CREATE,), "not in the backend yet"
     if kinds <= {(DELETE,), (NOOP,)} and all(c.after is None for c in rows):
         return (DELETE,), "no longer in the repo"
-    if any(c.is_replace and "immutable" in c.reason for c in rows):
-        return REPLACE, "an immutable field changed"
+    if any(c.is_replace for c in rows):
+        return REPLACE, replaced_rows_reason(rows)
     changed = sorted({c.obj.table for c in rows if c.actions != (NOOP,)})
     return (UPDATE,), "backend rows change: " + ", ".join(changed)
+
+
+def replaced_rows_reason(rows: list[Change]) -> str:
+    """Why a resource is replaced when its backend objects are: the first one's reason."""
+    replaced = sorted((c for c in rows if c.is_replace), key=lambda c: c.uid)
+    first = replaced[0]
+    more = f" (and {len(replaced) - 1} more)" if len(replaced) > 1 else ""
+    return f"{object_label(first.obj)}{_where(first.obj)} must be recreated: " \
+           f"{first.reason}{more}"
+
+
+def _where(obj: BackendObject) -> str:
+    """The cluster of a Kubernetes object, whose key starts with it."""
+    return f" on cluster {obj.key.split('/', 1)[0]}" if "metadata" in obj.fields else ""
 
 
 def protected_destroys(changes: list[Change]) -> dict[str, str]:
     """Owner → action, for protected resources the plan would delete or replace."""
     out: dict[str, str] = {}
-    for change in changes:
-        if change.before is not None and change.before.meta.get(TAG_PROTECTED) == "true" and (
-                change.actions in ((DELETE,), REPLACE)):
+    for change in changes:  # protected in the backend, or by the repo as it is now
+        protected = any(obj is not None and obj.meta.get(TAG_PROTECTED) == "true"
+                        for obj in (change.before, change.after))
+        if protected and change.actions in ((DELETE,), REPLACE):
             out.setdefault(change.obj.owner, action_name(change.actions))
     return out
 
@@ -272,8 +287,8 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[s
     if change.actions == (NOOP,):  # most rows of a large plan: listed, not repeated
         return {"id": change.uid, "manager": obj.manager, "table": obj.table, "key": obj.key,
                 "owner": obj.owner, "actions": [NOOP], "reason": change.reason,
-                "before": None, "after": None, "changes": [], "unknown": [], "drift": drift,
-                "waves": []}
+                "before": None, "after": None, "changes": [], "forces_replacement": [],
+                "unknown": [], "drift": drift, "waves": []}
     waves = sorted({wave_of[f"{a} {change.uid}"] for a in change.actions
                     if f"{a} {change.uid}" in wave_of})
     return {
@@ -288,6 +303,7 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[s
         "after": _object_json(change.after),
         "changes": [{"path": f.path, "before": f.before, "after": f.after}
                     for f in change.fields],
+        "forces_replacement": list(change.forces),
         "unknown": sorted(change.after.unknown) if change.after else [],
         "drift": drift,
         "waves": waves,

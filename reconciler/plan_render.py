@@ -79,10 +79,15 @@ def _change_lines(change: dict[str, Any]) -> list[str]:
     if held and action in ("delete", "replace"):
         lines.append("    ! holds what unet does not own: " + ", ".join(held))
     if action in ("update", "replace"):
+        forces = set(change.get("forces_replacement") or ())
+        if "parent" in forces:
+            lines.append(f"    ~ parent: {change['before']['parent'][0]} → "
+                         f"{change['after']['parent'][0]}  # forces replacement")
         for field in change["changes"]:
             if field["path"].startswith("meta"):
                 continue  # bookkeeping tags: in the JSON plan, not worth a reader's time
-            lines.append("    " + _field_line(field))
+            marker = "  # forces replacement" if field["path"] in forces else ""
+            lines.append("    " + _field_line(field) + marker)
         if action == "replace" or change["drift"] or len(lines) == 1:
             lines.append(f"    # {change['reason']}")
     elif change["unknown"]:

@@ -220,7 +220,12 @@ def test_change_immutable_subnet_cidr(tmp_path: Path, example: Validation) -> No
     nodes = resource(doc, "Subnet/acme/nodes")
     assert nodes["actions"] == ["delete", "create"]
     assert nodes["replaced_by_fields"] == ["spec.ipv4Cidr"]
-    assert doc["counts"]["replace"] == 1 and doc["counts"]["delete"] == 0
+    # The cluster on it is replaced too: its port is recreated in the new switch.
+    k1 = resource(doc, "Cluster/acme/k1")
+    assert k1["actions"] == ["delete", "create"] and k1["replaced_by_fields"] == []
+    assert k1["reason"] == ("Logical_Switch_Port unet.acme.cluster.k1.0 must be recreated: its "
+                            "parent Logical_Switch/acme/nodes is replaced")
+    assert doc["counts"]["replace"] == 2 and doc["counts"]["delete"] == 0
     [warning] = codes(doc, "IMMUTABLE_CHANGED")
     assert warning["severity"] == "warning"
     assert "spec.ipv4Cidr" in warning["message"] and "Subnet/acme/nodes" in warning["message"]

@@ -33,7 +33,7 @@ from reconciler.objects import (
     observed_allocations,
 )
 from reconciler.pipeline import plan_between, render_desired
-from reconciler.plan import Plan
+from reconciler.plan import Plan, action_name
 from reconciler.plan_io import dumps
 from reconciler.validate import Validation, validate_files, validate_repo
 
@@ -391,8 +391,24 @@ def assert_matches_truth(planned: BackendObject, truth: BackendObject) -> None:
     assert set(planned.meta) <= set(truth.meta), planned.uid
 
 
+#: How much a resource's action changes, and how much a row's action needs of its resource:
+#: a row created, updated or deleted in a resource that stays is an update of it; a row
+#: replaced interrupts it, so the resource is replaced (or created or deleted as a whole).
+RESOURCE_RANK = {"no-op": 0, "update": 1, "create": 2, "delete": 2, "replace": 2}
+ROW_RANK = {"no-op": 0, "update": 1, "create": 1, "delete": 1, "replace": 2}
+
+
+def assert_actions_not_milder_than_rows(plan: Plan) -> None:
+    for resource in plan.resources:
+        for change in resource.changes:
+            row = action_name(change.actions)
+            assert RESOURCE_RANK[resource.action] >= ROW_RANK[row], \
+                f"{resource.address} {resource.action} while {change.uid} {row}"
+
+
 def check_plan_applies(head: Validation) -> None:
     plan = plan_between(BASE, head, {})
+    assert_actions_not_milder_than_rows(plan)
     state = apply_plan(plan, BASE_OBJECTS)
     prune = bool(render_desired(head, observed_allocations(BASE_OBJECTS)).model.config.prune)
     kept = {} if prune else {o.uid: o for o in BASE_OBJECTS}
@@ -476,7 +492,7 @@ def test_rows_kept_by_prune_off_survive_a_replaced_parent() -> None:
     port = next(c for c in plan.changes if c.uid.endswith("ComputeInstance/web-2/0"))
     assert port.is_replace and port.after == port.before
     kept = next(r for r in plan.resources if r.address == "ComputeInstance/acme/web-2")
-    assert kept.reason.startswith("kept") and kept.action == "update"
+    assert kept.reason.startswith("kept") and kept.action == "replace"
 
 
 def test_prune_off_never_gives_a_kept_address_to_a_new_port() -> None:

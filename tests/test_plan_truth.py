@@ -9,10 +9,13 @@ network's default-drop group is unfiltered).
 from __future__ import annotations
 
 import copy
+import json
 import os
 import random
 import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -111,3 +114,92 @@ def test_one_apply_of_any_edit_leaves_nothing_to_do(
     assert _run("apply", str(base), "--auto-approve") == 0
     assert _run("apply", str(head), "--auto-approve") == 0, edits
     assert _run("plan", str(head), "--detailed-exitcode") == 0, edits
+
+
+# --- a resource's action is the worst of its rows' ------------------------------------------
+
+
+def _commit(repo: Path) -> None:
+    for args in (("init", "-q"), ("add", "-A"), ("-c", "user.name=t", "-c",
+                                                  "user.email=t@example.com", "commit", "-q",
+                                                  "-m", "base")):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def _resource(document: dict[str, Any], address: str) -> dict[str, Any]:
+    return next(r for r in document["resources"] if r["address"] == address)
+
+
+def _plans(tmp_path: Path, repo: Path) -> dict[str, dict[str, Any]]:
+    """The plan of the edited repo against the backends and against the base revision."""
+    out = {}
+    for mode, extra in (("live", ()), ("pr", ("--base", "HEAD"))):
+        done = unet(tmp_path, "plan", str(repo), "--manager", "ovn", "--format", "json",
+                    *extra)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+        out[mode] = json.loads(done.stdout)
+    return out
+
+
+def test_a_nic_moved_to_another_subnet_replaces_its_workload(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    _commit(repo)
+    edit_text(repo, "tenants/globex/baremetal.yaml", "interface: eno2\n      subnet: app",
+              "interface: eno2\n      subnet: data")
+    for mode, document in _plans(tmp_path, repo).items():
+        metal = _resource(document, "BaremetalInstance/globex/db-metal")
+        assert metal["actions"] == ["delete", "create"], (mode, metal)
+        assert document["counts"]["replace"] == 1, mode
+        [port] = [c for c in document["backend_changes"]
+                  if c["id"] == "ovn:Logical_Switch_Port/globex/BaremetalInstance/db-metal/1"]
+        assert port["actions"] == ["delete", "create"]
+        if mode == "live":
+            assert port["forces_replacement"] == ["parent"]
+        else:
+            assert metal["replaced_by_fields"] == ["spec.networkAttachments.1.subnet"]
+    text = plan(tmp_path, repo).stdout
+    assert "-/+ BaremetalInstance/globex/db-metal must be replaced" in text
+    assert "~ parent: Logical_Switch/globex/app → Logical_Switch/globex/data  " \
+           "# forces replacement" in text
+    assert "Plan: 0 to delete, 1 to replace" in text
+
+
+def test_an_mtu_change_replaces_the_hosting_clusters_network(example_copy: Path,
+                                                             tmp_path: Path) -> None:
+    _commit(example_copy)
+    edit_text(example_copy, NETWORK, "dnsServers: [192.0.2.53, 192.0.2.54]\n  mtu: 1500",
+              "dnsServers: [192.0.2.53, 192.0.2.54]\n  mtu: 9000")
+    done = unet(tmp_path, "plan", str(example_copy), "--base", "HEAD", "--format", "json")
+    document = json.loads(done.stdout)
+    web = _resource(document, "Subnet/acme/web")
+    assert web["actions"] == ["delete", "create"]
+    assert "spec.network.localnet.mtu cannot change in place" in web["reason"]
+    cudns = [c for c in document["backend_changes"] if c["table"] == "ClusterUserDefinedNetwork"
+             and c["owner"] == "Subnet/acme/web"]
+    assert len(cudns) == 2 and all(c["actions"] == ["delete", "create"] for c in cudns)
+    assert all(c["forces_replacement"] == ["fields.spec.network.localnet.mtu"] for c in cudns)
+    text = unet(tmp_path, "plan", str(example_copy), "--base", "HEAD").stdout
+    assert "-/+ Subnet/acme/web must be replaced" in text
+    assert "~ spec.network.localnet.mtu: 1500 → 9000  # forces replacement" in text
+    markdown = unet(tmp_path, "plan", str(example_copy), "--base", "HEAD", "--format",
+                    "markdown").stdout
+    assert "**0 to delete, 1 to replace.** Check these first." in markdown
+
+
+def test_protection_added_with_a_replace_is_honoured(lab: OvnLab, repo: Path,
+                                                     tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    _commit(repo)
+    edit_text(repo, NETWORK, "  name: web\nspec:", "  name: web\n  annotations:\n"
+              "    network.osac.io/prevent-destroy: \"true\"\nspec:")
+    edit_text(repo, NETWORK, "ipv4Cidr: 10.10.1.0/24\n", "ipv4Cidr: 10.10.5.0/24\n")
+    edit_text(repo, NETWORK, "gateway: 10.10.1.1\n", "gateway: 10.10.5.1\n")
+    for extra in ((), ("--base", "HEAD")):
+        done = unet(tmp_path, "plan", str(repo), "--manager", "ovn", "--format", "json",
+                    *extra)
+        assert done.returncode == 1, extra
+        codes = [d["code"] for d in json.loads(done.stdout)["diagnostics"]]
+        assert "PREVENT_DESTROY" in codes, (extra, codes)
+    refused = apply(tmp_path, repo)
+    assert refused.returncode == 1 and "PREVENT_DESTROY" in refused.stdout

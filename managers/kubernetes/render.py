@@ -89,7 +89,7 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
             "namespaceSelector": {"matchLabels": {label: str(subnet.tenant)}},
             "network": network,
         },
-    }, unknown=unknown, meta=meta)]
+    }, unknown=unknown, meta=meta, immutable_fields=("spec.network",))]
     block = spaces[4].vip_block if 4 in spaces else None
     if block is not None:
         objects += _metallb(manager, config, cluster, subnet, name, block)
