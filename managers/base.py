@@ -74,6 +74,11 @@ class ManagerPlugin:
         (e.g. which hosting clusters are reachable and where each subnet is ready)."""
         return []
 
+    def exposure(self, obj: BackendObject, model: Model) -> str | None:
+        """What `obj`, as it is (an observed object, drift included), opens to traffic from
+        outside its network, in the words of the plan's exposure summary; None: nothing."""
+        return None
+
     def unmanaged(self) -> list[str]:
         """Names of backend objects that are not this installation's (for reports only)."""
         return []

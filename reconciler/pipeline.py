@@ -235,10 +235,24 @@ def _build_live_plan(head: Validation, managers: dict[str, Any], observed: list[
     unchanged = all(applied.get(name) == digest for name, digest in digests.items())
     plan = build_plan("live", desired.model.installation, inputs, changes, observed, resources,
                       diagnostics, repo_unchanged=unchanged)
+    plan.exposure["drift_opened"] = _drift_exposure(plan, managers, desired.model)
     plan.desired_digests = digests
     plan.managers = {m.name: {"plugin": m.obj.spec.plugin, "config": m.obj.spec.config}
                      for m in desired.model.kind("NetworkManager") if m.name in managers}
     return plan
+
+
+def _drift_exposure(plan: Plan, managers: dict[str, Any], model: Model) -> list[dict[str, str]]:
+    """What drift opens to the outside that the repo does not: the apply closes it."""
+    out = []
+    for change in plan.drift:
+        manager = managers.get(change.obj.manager)
+        if manager is None or change.before is None:
+            continue
+        now = manager.exposure(change.before, model)
+        if now and (change.after is None or now != manager.exposure(change.after, model)):
+            out.append({"rule": now, "owner": change.obj.owner})
+    return sorted(out, key=lambda e: sorted(e.items()))
 
 
 def _live_resources(changes: list[Change], head: dict[str, Manifest]) -> list[ResourcePlan]:

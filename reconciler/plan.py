@@ -210,7 +210,7 @@ def exposure_of(changes: list[Change]) -> dict[str, list[dict[str, str]]]:
     """What the plan opens or closes to the outside, without reading ACLs."""
     out: dict[str, list[dict[str, str]]] = {
         "rules_opened": [], "rules_closed": [], "ips_attached": [], "ips_detached": [],
-        "nat_added": [], "nat_removed": [],
+        "nat_added": [], "nat_removed": [], "drift_opened": [],
     }
     for change in changes:
         if change.actions == (NOOP,):

@@ -124,6 +124,8 @@ def exposure_lines(doc: dict[str, Any]) -> list[str]:
               for e in exp["nat_added"]]
     lines += [f"- NAT gateway {e['address']} for {e['target']} ({e['owner']})"
               for e in exp["nat_removed"]]
+    lines += [f"! drift opens {e['rule']} — repair closes it ({e['owner']})"
+              for e in exp.get("drift_opened", ())]
     return lines
 
 

@@ -203,3 +203,39 @@ def test_protection_added_with_a_replace_is_honoured(lab: OvnLab, repo: Path,
         assert "PREVENT_DESTROY" in codes, (extra, codes)
     refused = apply(tmp_path, repo)
     assert refused.returncode == 1 and "PREVENT_DESTROY" in refused.stdout
+
+
+# --- drift that opens access ----------------------------------------------------------------
+
+SSH = "outport == @unet.acme.prod.web && ip4 && ip4.src == 192.0.2.0/24 && tcp.dst == 22"
+
+
+def test_drift_that_opens_access_is_in_the_exposure_summary(lab: OvnLab, repo: Path,
+                                                            tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    [ssh] = [r for r in rows(lab.nb_remote, "ACL") if r["match"] == SSH]
+    # By hand: the SSH rule loses its office restriction; a tagged rule opens telnet.
+    lab.nbctl("set", "ACL", ssh["_uuid"],
+              'match="outport == @unet.acme.prod.web && ip4 && tcp.dst == 22"')
+    lab.nbctl("--", "--id=@a", "create", "ACL", "direction=to-lport", "priority=1002",
+              'match="outport == @unet.acme.prod.web && ip4 && tcp.dst == 23"',
+              "action=allow-related", 'external_ids:"unet:installation"=example',
+              'external_ids:"unet:key"="ACL/acme/prod/web/to-lport/handmade"',
+              'external_ids:"unet:owner"="SecurityGroup/acme/web"',
+              "--", "add", "Port_Group", "unet.acme.prod.web", "acls", "@a")
+    done = plan(tmp_path, repo, "--format", "json")
+    document = json.loads(done.stdout)
+    assert document["exposure"]["drift_opened"] == [
+        {"rule": "tcp port 22 from 0.0.0.0/0 (anywhere) to acme/prod/web",
+         "owner": "SecurityGroup/acme/web"},
+        {"rule": "tcp port 23 from 0.0.0.0/0 (anywhere) to acme/prod/web",
+         "owner": "SecurityGroup/acme/web"}]
+    text = plan(tmp_path, repo).stdout
+    assert "! drift opens tcp port 22 from 0.0.0.0/0 (anywhere) to acme/prod/web — repair " \
+           "closes it" in text
+    markdown = plan(tmp_path, repo, "--format", "markdown").stdout
+    assert "drift opens tcp port 23 from 0.0.0.0/0 (anywhere) to acme/prod/web" in markdown
+    # Repaired, the summary has nothing more to say.
+    assert apply(tmp_path, repo).returncode == 0
+    assert json.loads(plan(tmp_path, repo, "--format", "json").stdout)["exposure"][
+        "drift_opened"] == []

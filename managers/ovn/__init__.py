@@ -102,6 +102,16 @@ class OvnManager(ManagerPlugin):
               progress: Callable[[int, int], None]) -> dict[str, int]:
         return self.nb.apply(waves, changes, self.installation, progress)
 
+    def exposure(self, obj: BackendObject, model: Model) -> str | None:
+        if obj.table != "ACL" or obj.parent is None:
+            return None
+        from .render import acl_exposure
+
+        group = obj.parent[0].split("/", 1)[1]  # Port_Group/<tenant>/<network>[/<group>]
+        tenant, network = group.split("/")[:2]
+        return acl_exposure(obj.fields, group,
+                            list(model.network_cidrs(tenant, network).values()))
+
     def unmanaged(self) -> list[str]:
         return [f"{table} {name}" for table, names in sorted((self._foreign or {}).items())
                 for name in sorted(names)] + list(self._foreign_children or ())

@@ -8,7 +8,8 @@ OVSDB keeps them only while a parent references them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -544,6 +545,39 @@ class _Rule:
                 text += f" && {icmp}.code == {self.icmp_code}"
             return text
         return ""
+
+
+#: An ACL match as `_Rule.matches` writes it, and the rules people write in that style.
+_ACL_MATCH = re.compile(
+    r"outport == @(?P<pg>\S+)(?: && (?P<family>ip[46]))?"
+    r"(?: && ip[46]\.src == (?P<remote>\S+))?"
+    r"(?: && (?P<l4>(?P<proto>tcp|udp)(?:\.dst == (?P<port>\d+)|\.dst >= (?P<low>\d+) && "
+    r"(?:tcp|udp)\.dst <= (?P<high>\d+))?|icmp[46](?: && icmp[46]\.type == (?P<type>\d+))?"
+    r"(?: && icmp[46]\.code == (?P<code>\d+))?))?")
+
+
+def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str | None:
+    """What an ACL row, as it is, opens to traffic from outside its network (`cidrs`):
+    None for what opens nothing; the match itself when unet cannot read it."""
+    if fields.get("direction") != "to-lport" or not str(fields.get("action")).startswith(
+            "allow"):
+        return None
+    match = str(fields.get("match"))
+    found = _ACL_MATCH.fullmatch(match)
+    if found is None:
+        return f"`{match}` (an allow rule unet cannot read) to {group}"
+    remote = found["remote"]
+    if remote is not None and remote.startswith("$"):
+        return None  # the members of a group of the network
+    protocol = found["proto"] or ("icmp" if found["l4"] else "all")
+    port_from = int(found["port"] or found["low"]) if found["port"] or found["low"] else None
+    port_to = int(found["port"] or found["high"]) if port_from is not None else None
+    rule = _Rule(protocol, port_from, port_to,
+                 int(found["type"]) if found["type"] else None,
+                 int(found["code"]) if found["code"] else None,
+                 remote or ("::/0" if found["family"] == "ip6" else "0.0.0.0/0"))
+    opened = rule.exposure(cidrs)
+    return f"{opened} to {group}" if opened else None
 
 
 def _short(kind: str) -> str:
