@@ -117,6 +117,10 @@ CODES: dict[str, CodeInfo] = {
         "Security groups", _E, "neither or both of `cidr`/`securityGroup`"
     ),
     "RULE_DUPLICATE": CodeInfo("Security groups", _E, "the same rule twice in one direction"),
+    "RULE_NO_EFFECT": CodeInfo(
+        "Security groups", _W, "a rule that matches nothing: its remote is of a family the "
+        "VirtualNetwork lacks, or its ICMP family and remote disagree"
+    ),
     "SECURITY_GROUP_WRONG_NETWORK": CodeInfo(
         "Security groups", _E, "a port uses a group of another VirtualNetwork"
     ),

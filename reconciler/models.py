@@ -256,10 +256,12 @@ class Subnet(_TenantResource):
 
 
 class Rule(_Model):
-    protocol: Literal["tcp", "udp", "icmp", "all"]
+    protocol: Literal["tcp", "udp", "icmp", "icmpv6", "all"] = Field(
+        description="icmp: ICMPv4 when icmpType is given, else ICMP of both families; "
+                    "icmpv6: ICMPv6 only (its types)")
     port_from: int | None = None
     port_to: int | None = None
-    icmp_type: int | None = None
+    icmp_type: int | None = Field(default=None, description="Of the rule's ICMP family")
     icmp_code: int | None = None
     cidr: Cidr | None = Field(default=None, description="Source (ingress) or destination (egress)")
     security_group: Name | None = Field(
@@ -326,7 +328,9 @@ MacAddress = Annotated[str, Field(pattern=r"^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$
 
 class NetworkAttachment(_Model):
     subnet: Name
-    security_groups: list[Name] = Field(default_factory=lambda: ["default"])
+    security_groups: list[Name] = Field(
+        default_factory=lambda: ["default"], min_length=1,
+        description="Default: the network's default group; leave it out rather than empty")
     ip_address: Address | None = None
     ipv6_address: Address | None = None
     mac_address: MacAddress | None = None

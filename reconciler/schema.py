@@ -214,7 +214,16 @@ def _schema_error(doc: Document, error: jsonschema.ValidationError) -> Iterator[
                 yield _diag(doc, "SCHEMA_UNKNOWN_FIELD", (*path, key),
                             f"unknown field '{key}'", hint)
     else:
-        yield _diag(doc, "SCHEMA_TYPE", path, _type_message(error), None)
+        hint = _HINTS.get((str(path[-1]) if path else "", validator))
+        yield _diag(doc, "SCHEMA_TYPE", path, _type_message(error), hint)
+
+
+#: Hints for shape errors whose fix is not obvious from the message: (field, keyword) → hint.
+_HINTS = {
+    ("securityGroups", "minItems"): "leave securityGroups out to use the network's default "
+                                    "group; to let nothing in, name a group without ingress "
+                                    "rules",
+}
 
 
 def _type_message(error: jsonschema.ValidationError) -> str:

@@ -26,6 +26,7 @@ from reconciler.allocate import (
     vip_key,
 )
 from reconciler.allocate import derived_mac as _derived_mac
+from reconciler.check.security import rule_families
 from reconciler.model import Model
 from reconciler.objects import (
     TAG_ALLOCATION,
@@ -497,8 +498,8 @@ class _Rule:
         peer = "src" if direction == "ingress" else "dst"
         out = []
         for family in families:
-            if family == "ip6" and self.icmp_type is not None:
-                continue  # ICMP types are per family; typed rules are ICMPv4
+            if int(family[-1]) not in rule_families(self):
+                continue  # ICMP types are per family: icmp with a type is ICMPv4
             if self.cidr is not None:
                 if (":" in self.cidr) != (family == "ip6"):
                     continue
@@ -521,8 +522,9 @@ class _Rule:
                 f"port {self.port_from}" if self.port_from == self.port_to
                 else f"ports {self.port_from}-{self.port_to}")
             what = f"{self.protocol} {ports}"
-        elif self.protocol == "icmp":
-            what = "icmp" + (f" type {self.icmp_type}" if self.icmp_type is not None else "")
+        elif self.protocol in ("icmp", "icmpv6"):
+            what = self.protocol + (f" type {self.icmp_type}" if self.icmp_type is not None
+                                    else "")
         else:
             what = "all traffic"
         world = " (anywhere)" if source.prefixlen == 0 else ""
@@ -536,7 +538,7 @@ class _Rule:
                 return f" && {self.protocol}.dst == {self.port_from}"
             return (f" && {self.protocol}.dst >= {self.port_from} && "
                     f"{self.protocol}.dst <= {self.port_to}")
-        if self.protocol == "icmp":
+        if self.protocol in ("icmp", "icmpv6"):
             icmp = "icmp4" if family == "ip4" else "icmp6"
             text = f" && {icmp}"
             if self.icmp_type is not None:
@@ -569,7 +571,9 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
     remote = found["remote"]
     if remote is not None and remote.startswith("$"):
         return None  # the members of a group of the network
-    protocol = found["proto"] or ("icmp" if found["l4"] else "all")
+    protocol = found["proto"] or ("all" if not found["l4"] else
+                                  "icmpv6" if found["l4"].startswith("icmp6") and found["type"]
+                                  else "icmp")
     port_from = int(found["port"] or found["low"]) if found["port"] or found["low"] else None
     port_to = int(found["port"] or found["high"]) if port_from is not None else None
     rule = _Rule(protocol, port_from, port_to,

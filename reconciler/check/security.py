@@ -48,7 +48,11 @@ def _check_rule(ctx: Context, group: Manifest, path: Path_, rule: Any) -> tuple[
     if rule.cidr is not None:
         net = parse_cidr(ctx, group, (*path, "cidr"), rule.cidr, network_range=False)
         remote = str(net) if net is not None else None
+        if net is not None and ok:
+            _check_effect(ctx, group, path, rule, net.version)
     else:
+        if ok:
+            _check_effect(ctx, group, path, rule, None)
         remote = rule.security_group
         ok &= resolve_group(ctx, group, (*path, "securityGroup"), rule.security_group,
                             group.obj.spec.virtual_network) is not None
@@ -86,10 +90,10 @@ def _check_icmp(ctx: Context, group: Manifest, path: Path_, rule: Any) -> bool:
     icmp_type, icmp_code = rule.icmp_type, rule.icmp_code
     if icmp_type is None and icmp_code is None:
         return True
-    if rule.protocol != "icmp":
+    if rule.protocol not in ("icmp", "icmpv6"):
         ctx.report("RULE_ICMP_INVALID", group,
                    (*path, "icmpType" if icmp_type is not None else "icmpCode"),
-                   f"icmpType/icmpCode apply to icmp only, not {rule.protocol}")
+                   f"icmpType/icmpCode apply to icmp and icmpv6 only, not {rule.protocol}")
     elif icmp_type is None:
         ctx.report("RULE_ICMP_INVALID", group, (*path, "icmpCode"),
                    "icmpCode needs an icmpType")
@@ -99,6 +103,43 @@ def _check_icmp(ctx: Context, group: Manifest, path: Path_, rule: Any) -> bool:
     else:
         return True
     return False
+
+
+def rule_families(rule: Any) -> set[int]:
+    """The IP versions a rule's protocol can match: ICMP types are per family."""
+    if rule.protocol == "icmpv6":
+        return {6}
+    if rule.protocol == "icmp" and rule.icmp_type is not None:
+        return {4}
+    return {4, 6}
+
+
+def _check_effect(ctx: Context, group: Manifest, path: Path_, rule: Any,
+                  remote: int | None) -> None:
+    """A rule that can match nothing renders no ACL at all: say so (RULE_NO_EFFECT)."""
+    vn = group.obj.spec.virtual_network
+    network = ctx.networks.get((group.tenant, vn))
+    if not network:
+        return  # the VirtualNetwork's own problems are reported there
+    protocol = rule_families(rule)
+    if remote is not None and remote not in network:
+        ctx.report("RULE_NO_EFFECT", group, path,
+                   f"the rule matches nothing: its remote {rule.cidr} is IPv{remote} and "
+                   f"VirtualNetwork '{vn}' has no IPv{remote}",
+                   f"give the VirtualNetwork an ipv{remote}Cidr, or remove the rule")
+    elif remote is not None and remote not in protocol:
+        named = "icmp with icmpType is ICMPv4" if rule.protocol == "icmp" else \
+            "icmpv6 is ICMPv6"
+        ctx.report("RULE_NO_EFFECT", group, path,
+                   f"the rule matches nothing: {named}, and its remote {rule.cidr} is "
+                   f"IPv{remote}",
+                   "for ICMPv6 types use protocol: icmpv6" if remote == 6
+                   else "for ICMPv4 types use protocol: icmp")
+    elif not protocol & set(network):
+        ctx.report("RULE_NO_EFFECT", group, path,
+                   f"the rule matches nothing: {rule.protocol} is IPv{min(protocol)} only and "
+                   f"VirtualNetwork '{vn}' has no IPv{min(protocol)}",
+                   "remove the rule, or give the VirtualNetwork that family")
 
 
 def resolve_group(ctx: Context, manifest: Manifest, path: Path_, name: str,

@@ -1,0 +1,74 @@
+"""What a manifest says is what it does: no field that silently does nothing, or the opposite.
+
+An empty security-group list must not isolate a port while the docs promise the default
+group; an ICMPv6 type can be allowed; a rule that can match nothing is a warning with a
+code, not an ACL that never appears.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from reconciler.pipeline import render_desired
+from reconciler.validate import validate_repo
+
+from .test_plan_golden import append_doc, edit_text
+
+GROUPS = "tenants/acme/security-groups.yaml"
+
+
+def _diagnostics(repo: Path) -> list[dict[str, Any]]:
+    return [d.to_json() for d in validate_repo(repo).diagnostics if d.code != "TARGET_PENDING"]
+
+
+def _add_web_rule(repo: Path, rule: str) -> None:
+    edit_text(repo, GROUPS, "  egress:\n    - protocol: all\n      cidr: 0.0.0.0/0\n---\n"
+              "apiVersion: network.osac.io/v1alpha1\nkind: SecurityGroup\nmetadata:\n"
+              "  name: db\n",
+              f"{rule}  egress:\n    - protocol: all\n      cidr: 0.0.0.0/0\n---\n"
+              "apiVersion: network.osac.io/v1alpha1\nkind: SecurityGroup\nmetadata:\n"
+              "  name: db\n")
+
+
+def test_an_empty_security_group_list_is_refused_with_a_hint(example_copy: Path) -> None:
+    edit_text(example_copy, "tenants/acme/compute.yaml",
+              "  name: web-2\nspec:\n  networkAttachments:\n    - subnet: web\n"
+              "      securityGroups: [web]",
+              "  name: web-2\nspec:\n  networkAttachments:\n    - subnet: web\n"
+              "      securityGroups: []")
+    [problem] = _diagnostics(example_copy)
+    assert (problem["code"], problem["path"]) == ("SCHEMA_TYPE",
+                                                  "/spec/networkAttachments/0/securityGroups")
+    assert "leave securityGroups out" in problem["hint"]
+
+
+def test_an_icmpv6_type_can_be_allowed(example_copy: Path) -> None:
+    _add_web_rule(example_copy, "    - protocol: icmpv6       # echo request (ping6)\n"
+                                "      icmpType: 128\n      cidr: ::/0\n")
+    validation = validate_repo(example_copy)
+    assert validation.ok and _diagnostics(example_copy) == []
+    matches = {o.fields["match"] for o in render_desired(validation, {}, only=["ovn"]).objects
+               if o.table == "ACL"}
+    assert "outport == @unet.acme.prod.web && ip6 && icmp6 && icmp6.type == 128" in matches
+    assert not any("icmp4.type == 128" in m for m in matches)
+
+
+def test_a_typed_icmp_rule_from_an_ipv6_remote_is_a_warning(example_copy: Path) -> None:
+    _add_web_rule(example_copy, "    - protocol: icmp\n      icmpType: 128\n      cidr: ::/0\n")
+    [problem] = _diagnostics(example_copy)
+    assert (problem["code"], problem["severity"]) == ("RULE_NO_EFFECT", "warning")
+    assert problem["path"] == "/spec/ingress/4"
+    assert "protocol: icmpv6" in problem["hint"]
+
+
+def test_a_remote_of_a_family_the_network_lacks_is_a_warning(example_copy: Path) -> None:
+    append_doc(example_copy, "tenants/initech/network.yaml", {
+        "apiVersion": "network.osac.io/v1alpha1", "kind": "SecurityGroup",
+        "metadata": {"name": "builders"},
+        "spec": {"virtualNetwork": "lab",  # IPv4 only
+                 "ingress": [{"protocol": "tcp", "portFrom": 22, "portTo": 22,
+                              "cidr": "2001:db8::/32"}]}})
+    [problem] = _diagnostics(example_copy)
+    assert problem["code"] == "RULE_NO_EFFECT" and problem["path"] == "/spec/ingress/0"
+    assert "VirtualNetwork 'lab' has no IPv6" in problem["message"]
