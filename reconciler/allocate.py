@@ -156,6 +156,14 @@ class _Allocator:
                 "ADDRESS_CONFLICT", f"{shown} is held by {holder_of(holder)}; an address in "
                 "use never moves to another owner", manifest, path, _HAND_OVER))
 
+    def _moved(self, key: str, shown: str, where: Manifest | None, why: str) -> None:
+        """A held value the change makes unallocatable: it would move; refused instead."""
+        self.out.problems.append(AllocationProblem(
+            "ALLOCATION_IN_USE", f"{shown} is held by {holder_of(key)}, and {why}; an "
+            "allocation in use never moves", where, ("spec",),
+            "keep it allocatable, or first move its holder off it (another fixed value, or "
+            "remove it) and apply that"))
+
     # segment ids: unique per k8s manager (one physical network), from the class's range
     def _segments(self) -> None:
         groups: dict[str, list[tuple[Manifest, Manifest]]] = {}
@@ -217,6 +225,7 @@ class _Allocator:
             if attachment.mac_address is None and seen is not None \
                     and _mac_int(seen) not in used:
                 used.add(_mac_int(seen))
+                held[_mac_int(seen)] = key  # kept here, wherever it was recorded
                 self._keep(key, seen, subnet.ref)
         for port, index, workload, attachment in attachments:
             if attachment.mac_address is not None:
@@ -260,11 +269,15 @@ class _Allocator:
         for key in [*wanted, *vip_keys]:  # what is held stays where it is
             seen = self._seen(key)
             value = _ip_int(seen, version) if seen is not None else None
-            in_block = block is not None and block[0] <= (value or 0) <= block[1]
-            if seen is not None and value is not None and value not in taken \
-                    and space.net.first <= value <= space.net.last \
-                    and (not in_block or key in vip_keys):
+            if seen is None or value is None or not space.net.first <= value <= space.net.last:
+                continue  # new, or from another subnet (a port moving is replaced)
+            in_block = block is not None and block[0] <= value <= block[1]
+            if value in space.reserved or (in_block and key not in vip_keys):
+                self._moved(key, seen, subnet, f"subnet {subnet.ref} no longer hands it out "
+                            "(reserved: its gateway, an excluded address, or the VIP block)")
+            elif value not in taken:
                 taken.add(value)
+                held[value] = key  # kept here, wherever it was recorded
                 self._keep(key, seen, subnet.ref)
         for key, fixed, manifest, path in claims:
             address = netaddr.IPAddress(fixed)
@@ -315,12 +328,18 @@ class _Allocator:
         taken = set(space.reserved)
         fixed = {key: eip for key, eip in wanted
                  if eip is not None and eip.obj.spec.address is not None}
+        pool = self.model.get("ExternalIPPool", None, pool_name)
         for key, _eip in wanted:
             seen = self._seen(key)
             value = _ip_int(seen, version) if seen is not None else None
-            if key not in fixed and value is not None and value not in taken and \
-                    any(a <= value <= b for a, b in space.ranges):
+            if key in fixed or value is None or not space.net.first <= value <= space.net.last:
+                continue
+            if value in space.reserved:
+                self._moved(key, seen or "", pool, f"ExternalIPPool {pool_name} no longer "
+                            "hands it out (its gateway, or excluded)")
+            elif value not in taken:
                 taken.add(value)
+                held[value] = key
                 self._keep(key, str(netaddr.IPAddress(value, version)))
         for key, eip in fixed.items():
             address = netaddr.IPAddress(eip.obj.spec.address)
@@ -329,8 +348,7 @@ class _Allocator:
             self._keep(key, str(address))
         taken |= held.keys()
         self._hand_out([k for k, _eip in wanted], _FreeAddresses(space.ranges, taken, None),
-                       taken, version, f"ExternalIPPool {pool_name}",
-                       self.model.get("ExternalIPPool", None, pool_name))
+                       taken, version, f"ExternalIPPool {pool_name}", pool)
 
     def _hand_out(self, keys: list[str], free: _FreeAddresses, taken: set[int], version: int,
                   where: str, manifest: Manifest | None, scope: str | None = None) -> None:

@@ -205,6 +205,11 @@ CODES: dict[str, CodeInfo] = {
         "the plan would delete or replace a backend object that holds objects of others "
         "(an operator's port in a unet switch), which would be destroyed with it",
     ),
+    "ALLOCATION_IN_USE": CodeInfo(
+        "Between two revisions (PR mode) and at plan time",
+        _E,
+        "a change makes a value in use unallocatable (reserved, excluded): it would move",
+    ),
     "SEGMENT_RANGE_EXHAUSTED": CodeInfo(
         "Between two revisions (PR mode) and at plan time",
         _E,

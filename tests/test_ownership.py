@@ -273,3 +273,49 @@ def test_replacing_a_row_that_holds_an_operators_row_is_refused(
     assert diagnostic["file"] == "tenants/acme/network.yaml"
     assert apply(tmp_path, repo).returncode == 1
     assert dump(lab.nb_remote) == before
+
+
+def test_a_fixed_address_never_takes_one_kept_from_another_subnet_name(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """Renaming a subnet moves its ports (their addresses recorded under the old name):
+    a fixed claim on one of those addresses in the same change is still a conflict."""
+    assert apply(tmp_path, repo).returncode == 0
+    ip4 = _port(lab, "unet.acme.vm.web-1.0")[1]
+    edit_text(repo, "tenants/acme/network.yaml", "  name: web\nspec:", "  name: web2\nspec:")
+    text = (repo / "tenants/acme/compute.yaml").read_text()
+    (repo / "tenants/acme/compute.yaml").write_text(text.replace("subnet: web\n",
+                                                                 "subnet: web2\n"))
+    append_doc(repo, "tenants/acme/compute.yaml", _doc("ComputeInstance", "web-8", {
+        "networkAttachments": [{"subnet": "web2", "securityGroups": ["web"],
+                                "ipAddress": ip4}]}))
+    code, document = plan_json(tmp_path, repo)
+    assert code == 1
+    [conflict] = _conflicts(document)
+    assert f"{ip4} is held by ComputeInstance/acme/web-1" in conflict["message"]
+
+
+def test_excluding_an_address_in_use_is_refused_not_renumbered(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    public = _eip(lab, "acme", "web-1-public")
+    ip4 = _port(lab, "unet.acme.vm.web-1.0")[1]
+    edit_text(repo, "provider/pools.yaml", "    - 203.0.113.53   # provider's public DNS "
+              "resolver\n", f"    - 203.0.113.53   # provider's public DNS resolver\n"
+              f"    - {public}\n")
+    edit_text(repo, "tenants/acme/network.yaml", "  dnsServers: [192.0.2.53, 192.0.2.54]\n"
+              "  mtu: 1500\n", f"  dnsServers: [192.0.2.53, 192.0.2.54]\n  mtu: 1500\n"
+              f"  excludeAddresses: [{ip4}]\n")
+    before = dump(lab.nb_remote)
+    code, document = plan_json(tmp_path, repo)
+    assert code == 1
+    found = {(d["file"], d["message"].split(";")[0]) for d in document["diagnostics"]
+             if d["code"] == "ALLOCATION_IN_USE"}
+    assert found == {
+        ("provider/pools.yaml", f"{public} is held by ExternalIP/acme/web-1-public, and "
+                                "ExternalIPPool public-a no longer hands it out (its gateway, "
+                                "or excluded)"),
+        ("tenants/acme/network.yaml", f"{ip4} is held by ComputeInstance/acme/web-1, and "
+                                      "subnet Subnet/acme/web no longer hands it out (reserved:"
+                                      " its gateway, an excluded address, or the VIP block)")}
+    assert apply(tmp_path, repo).returncode == 1
+    assert dump(lab.nb_remote) == before, "nothing renumbered"
