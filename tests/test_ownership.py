@@ -9,8 +9,12 @@ and applies a hostile or careless change through the unet command line.
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,20 @@ import yaml
 
 from .gitops import commit_all, git
 from .ovnlab import OvnLab
-from .ovnrun import TABLES, apply, dump, ours, plan, plan_json, row_named, rows, unet
+from .ovnrun import (
+    TABLES,
+    apply,
+    dump,
+    ours,
+    plan,
+    plan_json,
+    reaped,
+    row_named,
+    rows,
+    unet,
+    unet_env,
+    wait_for_text,
+)
 from .test_plan_golden import append_doc, edit_text
 
 API = "network.osac.io/v1alpha1"
@@ -319,3 +336,34 @@ def test_excluding_an_address_in_use_is_refused_not_renumbered(
                                       " its gateway, an excluded address, or the VIP block)")}
     assert apply(tmp_path, repo).returncode == 1
     assert dump(lab.nb_remote) == before, "nothing renumbered"
+
+
+def test_a_row_of_others_added_while_the_plan_is_read_stops_the_apply(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    edit_text(repo, "tenants/acme/network.yaml", "ipv4Cidr: 10.10.1.0/24\n",
+              "ipv4Cidr: 10.10.4.0/24\n")
+    edit_text(repo, "tenants/acme/network.yaml", "gateway: 10.10.1.1\n",
+              "gateway: 10.10.4.1\n")
+    controller, terminal = pty.openpty()
+    out = tmp_path / "apply.out"
+    with out.open("wb") as stdout:
+        proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
+                                 "--manager", "ovn"], cwd=tmp_path, env=unet_env(),
+                                stdin=terminal, stdout=stdout, stderr=subprocess.STDOUT)
+    os.close(terminal)
+    try:
+        with reaped(proc):
+            wait_for_text(proc, (out,), "Apply these changes?")
+            before = dump(lab.nb_remote)
+            lab.nbctl("lsp-add", "unet.acme.web", "operator-vm")  # while the plan is read
+            os.write(controller, b"yes\n")
+            assert proc.wait(timeout=60) == 1
+    finally:
+        os.close(controller)
+    said = out.read_text()
+    assert "HOLDS_FOREIGN_OBJECTS: Logical_Switch Logical_Switch/acme/web now holds what unet " \
+           "does not own (Logical_Switch_Port operator-vm)" in said
+    assert "Nothing was applied" in said
+    lab.nbctl("lsp-del", "operator-vm")  # it was there all along; without it:
+    assert dump(lab.nb_remote) == before, "nothing applied"

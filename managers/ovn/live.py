@@ -90,6 +90,7 @@ class Northbound:
         self.fences: dict[str, Fence] = {}  # per installation: its lock and writes
         self.uuids: dict[str, tuple[str, str]] | None = None  # key → (table, UUID), ours
         self.inserted: set[str] = set()  # keys of the rows inserted through this connection
+        self.checked = False  # whether the rows this apply deletes were checked for others'
 
     def close(self) -> None:
         for fence in self.fences.values():
@@ -150,6 +151,9 @@ class Northbound:
         total = sum(len(w) for w in waves)
         if self.uuids is None:
             self.uuids = self._our_uuids(installation)
+        if not self.checked:
+            self._check_still_free(changes, installation)
+            self.checked = True
         for wave in waves:
             for chunk in _chunks(list(wave), MAX_ROWS_PER_TRANSACTION):
                 self._apply_chunk(chunk, changes, installation)
@@ -159,13 +163,43 @@ class Northbound:
                 progress(done, total)
         return counts
 
+    def _check_still_free(self, changes: dict[str, Change], installation: str) -> None:
+        """Before the first write: the rows this apply deletes still hold no rows of others
+        (someone may have added one since the plan was made, while it was being read).
+        Each delete also asserts it in its own transaction; this stops the apply before it
+        begins rather than half-way."""
+        assert self.uuids is not None
+        doomed = sorted({c.before.key for c in changes.values()
+                         if c.before is not None and "delete" in c.actions
+                         and c.before.key in self.uuids
+                         and self.uuids[c.before.key][0] in self.holding})
+        if not doomed:
+            return
+        operations = [{"op": "select", "table": self.uuids[key][0],
+                       "where": [["_uuid", "==", ["uuid", self.uuids[key][1]]]],
+                       "columns": list(self.holding[self.uuids[key][0]])} for key in doomed]
+        ours = {uuid for _table, uuid in self.uuids.values()}
+        fence = self.fence(installation)
+        for key, found in zip(doomed, fence.read(operations), strict=True):
+            table = self.uuids[key][0]
+            others = {(self.holding[table][column], child) for row in found
+                      for column in self.holding[table]
+                      for child in _atoms(row[column]) if child not in ours}
+            if others:
+                described = sorted(self._describe(installation, others).values())
+                raise OvnError(f"HOLDS_FOREIGN_OBJECTS: {table} {key} now holds what unet does "
+                               f"not own ({', '.join(described)}), added since the plan was "
+                               "made; deleting it would destroy them. Nothing was applied: "
+                               "plan again")
+
     def _apply_chunk(self, steps: list[Step], changes: dict[str, Change],
                      installation: str) -> None:
         """One transaction; after a lost connection, again unless it did commit."""
         assert self.uuids is not None
         fence = self.fence(installation)
         while True:
-            wave = _Wave(steps, changes, self.uuids, self.inserted, installation, self.idl)
+            wave = _Wave(steps, changes, self.uuids, self.inserted, installation, self.idl,
+                         self.holding)
             if not wave.operations:
                 return
             try:
@@ -435,8 +469,9 @@ class _Wave:
 
     def __init__(self, steps: list[Step], changes: dict[str, Change],
                  uuids: dict[str, tuple[str, str]], inserted: set[str], installation: str,
-                 idl: Any) -> None:
+                 idl: Any, holding: dict[str, dict[str, str]]) -> None:
         self.uuids = uuids
+        self.holding = holding
         self.inserted = inserted  # rows inserted by earlier transactions of this apply
         self.installation = installation
         self.tables = idl.tables
@@ -504,6 +539,12 @@ class _Wave:
         if obj.parent is not None and obj.parent[0] in self.uuids:
             table, uuid = self.uuids[obj.parent[0]]
             self._mutate(table, ["uuid", uuid], obj.parent[1], "delete", ref)
+        columns = self.holding.get(found[0])
+        if columns:  # our rows inside it went in earlier waves: anything left is someone's
+            self.operations.append({"op": "wait", "timeout": 0, "table": found[0],
+                                    "where": [["_uuid", "==", ref]], "columns": list(columns),
+                                    "until": "==",
+                                    "rows": [{column: ["set", []] for column in columns}]})
         self.operations.append({"op": "delete", "table": found[0],
                                 "where": [["_uuid", "==", ref]]})
         self.deleted.append(obj.key)
@@ -558,8 +599,9 @@ class _Wave:
             return
         first = errors[0]
         if first["error"] == "timed out":  # a `wait`: a row we need is not as observed
-            raise OvnError("a row this transaction needs was deleted meanwhile (by someone "
-                           "else?); nothing of the transaction was written: plan again")
+            raise OvnError("a row this transaction builds on changed meanwhile (deleted, or "
+                           "given rows of others that deleting it would destroy); nothing of "
+                           "the transaction was written: plan again")
         details = f" ({first['details']})" if first.get("details") else ""
         raise OvnError(f"the Northbound database refused the transaction: "
                        f"{first['error']}{details}")
