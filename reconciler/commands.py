@@ -22,7 +22,7 @@ from .apply import (
 from .model import Model
 from .pipeline import allocation_readers, managers_of, plan_between, plan_live
 from .plan import Plan, plan_to_json, restrict_to
-from .plan_io import PlanFormatError, document_text, dumps, read_plan
+from .plan_io import DIGEST_FIELD, PlanFormatError, document_text, dumps, read_plan
 from .plan_render import render_markdown, render_text
 from .progress import Progress
 from .report import render_human, summarize, use_colour
@@ -43,12 +43,15 @@ def _print_validation(result: Validation, path: Path) -> None:
 
 
 def print_plan(document: dict[str, Any], fmt: str) -> None:
+    sys.stdout.write(render_plan(document, fmt))
+
+
+def render_plan(document: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
-        sys.stdout.write(document_text(document))
-    elif fmt == "markdown":
-        sys.stdout.write(render_markdown(document))
-    else:
-        sys.stdout.write(render_text(document, use_colour(sys.stdout)))
+        return document_text(document)
+    if fmt == "markdown":
+        return render_markdown(document)
+    return render_text(document, use_colour(sys.stdout))
 
 
 def _validated_head(path: Path, rev: str | None, max_bytes: int,
@@ -170,10 +173,16 @@ def _print_unmanaged(unmanaged: dict[str, list[str]]) -> None:
 def show_plan(args: argparse.Namespace) -> int:
     try:
         document = _load_plan(args.file)
+        text = render_plan(document, args.format)
     except ApplyError as exc:
         print(f"unet: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    print_plan(document, args.format)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        # A file can pass the digest and the schema and still not be what unet wrote.
+        print(f"unet: cannot read the plan {args.file}: not a plan unet wrote ({exc!r})",
+              file=sys.stderr)
+        return EXIT_ERROR
+    sys.stdout.write(text)
     return EXIT_OK
 
 
@@ -256,7 +265,7 @@ def _apply_saved(args: argparse.Namespace) -> int:
                              f"against the backends now ({difference}): the repo changed "
                              "since the plan was made, or the plan was edited; nothing was "
                              "applied. Make a new plan and apply that")
-        print_plan(document, "text")
+        print_plan(fresh, "text")  # the plan made now: what is shown is what is applied
         _print_reports(_reports(managers, result.changes))
         if not result.has_changes:
             return EXIT_OK
@@ -267,23 +276,19 @@ def _apply_saved(args: argparse.Namespace) -> int:
         return _report(outcome, managers, result.desired_digests, result.changes)
 
 
-#: What a saved plan does: two plans that agree on these are the same plan.
-_SUBSTANCE = ("mode", "installation", "valid", "has_changes", "observed_fingerprint",
-              "desired_digests", "managers", "waves")
-
-
 def _difference(saved: dict[str, Any], fresh: dict[str, Any]) -> str | None:
-    """The first thing that differs between a saved plan and one made now, if any."""
+    """The first thing that differs between a saved plan and one made now, if any: every
+    field counts (what a person reads is what is applied)."""
     def canonical(value: Any) -> str:
         return json.dumps(value, sort_keys=True, default=str)
 
-    old = {c["id"]: canonical(c) for c in saved["backend_changes"]}
+    old = {c.get("id"): canonical(c) for c in saved["backend_changes"]}
     new = {c["id"]: canonical(c) for c in fresh["backend_changes"]}
-    for uid in sorted(old.keys() | new.keys()):
+    for uid in sorted(old.keys() | new.keys(), key=str):
         if old.get(uid) != new.get(uid):
             return f"first difference: backend change {uid}"
-    for name in _SUBSTANCE:
-        if canonical(saved.get(name)) != canonical(fresh.get(name)):
+    for name in sorted(saved.keys() | fresh.keys()):
+        if name != DIGEST_FIELD and canonical(saved.get(name)) != canonical(fresh.get(name)):
             return f"first difference: {name}"
     return None
 

@@ -58,6 +58,8 @@ def read_plan(path: Path) -> dict[str, Any]:
         raise PlanFormatError(exc.strerror or str(exc)) from exc
     except ValueError as exc:
         raise PlanFormatError(f"not JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise PlanFormatError("not a unet plan (JSON nested too deeply)") from exc
     if not isinstance(document, dict):
         raise PlanFormatError(f"not a unet plan (a JSON object was expected, not a "
                               f"{type(document).__name__})")
@@ -88,8 +90,17 @@ def check_format(document: dict[str, Any]) -> None:
 _TEXT = {"type": "string"}
 _TEXTS = {"type": "array", "items": _TEXT}
 _MAYBE_TEXT = {"type": ["string", "null"]}
-_COUNTS = {"type": "object", "additionalProperties": {"type": "integer"},
+_COUNTS = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0},
            "required": ["delete", "replace", "create", "update", "no-op"]}
+_ACTIONS = {"type": "array", "minItems": 1, "maxItems": 2,
+            "items": {"enum": ["create", "update", "delete", "no-op"]}}
+
+
+def _entries(*keys: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "object", "required": list(keys),
+                                       "properties": {k: _TEXT for k in keys}}}
+
+
 _OBJECT = {"type": ["object", "null"], "required": ["fields"],
            "properties": {"fields": {"type": "object"}, "holds": _TEXTS}}
 _PLAN_SCHEMA = {
@@ -114,12 +125,15 @@ _PLAN_SCHEMA = {
             "properties": {"code": _TEXT, "severity": _TEXT, "message": _TEXT,
                            "file": _MAYBE_TEXT, "line": {"type": ["integer", "null"]},
                            "hint": _MAYBE_TEXT}}},
-        "exposure": {"type": "object", "additionalProperties": {
-            "type": "array", "items": {"type": "object",
-                                       "additionalProperties": {"type": "string"}}}},
+        "exposure": {"type": "object", "properties": {
+            **{name: _entries("rule", "owner")
+               for name in ("rules_opened", "rules_closed", "drift_opened")},
+            **{name: _entries("address", "target", "owner")
+               for name in ("ips_attached", "ips_detached", "nat_added", "nat_removed")}},
+            "additionalProperties": {"type": "array"}},
         "resources": {"type": "array", "items": {
             "type": "object", "required": ["address", "actions", "reason", "backend_changes"],
-            "properties": {"address": _TEXT, "actions": _TEXTS, "reason": _TEXT,
+            "properties": {"address": _TEXT, "actions": _ACTIONS, "reason": _TEXT,
                            "backend_changes": _TEXTS}}},
         "backend_changes": {"type": "array", "items": {
             "type": "object",
@@ -127,7 +141,7 @@ _PLAN_SCHEMA = {
                          "before", "after", "changes", "unknown", "drift"],
             "properties": {
                 "id": _TEXT, "manager": _TEXT, "table": _TEXT, "key": _TEXT, "owner": _TEXT,
-                "actions": {**_TEXTS, "minItems": 1}, "reason": _TEXT,
+                "actions": _ACTIONS, "reason": _TEXT,
                 "before": _OBJECT, "after": _OBJECT, "unknown": _TEXTS,
                 "drift": {"type": "boolean"},
                 "changes": {"type": "array", "items": {"type": "object", "required": ["path"],

@@ -140,7 +140,11 @@ def revision_info(path: Path, rev: str | None) -> dict[str, object]:
     if rev:
         import git
 
-        repo = git.Repo(path, search_parent_directories=True)
+        try:
+            repo = git.Repo(path, search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+            raise SourceError(f"{path} is not inside a Git repository, so it has no "
+                              f"revision '{rev}'") from exc
         try:
             commit = repo.commit(rev)
             commit.tree  # noqa: B018  (reads the object: a shallow clone names absent parents)

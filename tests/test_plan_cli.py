@@ -231,3 +231,12 @@ def test_console_script_exit_code(repo: Path) -> None:
                            str(repo)], capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     assert "Plan: 0 to delete, 0 to replace, 0 to create, 1 to update" in done.stdout
+
+
+def test_a_revision_of_a_folder_outside_git_is_a_plain_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "plain"
+    shutil.copytree(EXAMPLE, folder)
+    code, out, err = unet(capsys, "plan", "--base", "HEAD", str(folder))
+    assert code == 1 and out == ""
+    assert f"{folder} is not inside a Git repository, so it has no revision 'HEAD'" in err

@@ -10,11 +10,13 @@ plain message, and nothing is written. Real ovsdb-server; unet as a subprocess.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from reconciler.plan_io import plan_digest
+from reconciler.plan_io import document_text, plan_digest
 
 from .ovnlab import OvnLab
 from .ovnrun import add_instance, apply, dump, plan, unet
@@ -117,3 +119,59 @@ def test_a_malformed_plan_file_is_a_clear_error(name: str, tmp_path: Path) -> No
         result = unet(tmp_path, *command)
         assert result.returncode == 1, result.stdout
         assert result.stderr.startswith(f"unet: cannot read the plan {saved}: "), result.stderr
+
+
+def test_a_plan_edited_only_where_people_read_it_is_refused(lab: OvnLab, repo: Path,
+                                                            tmp_path: Path) -> None:
+    """What the prompt shows must be what is applied: counts, exposure and diagnostics too."""
+    assert apply(tmp_path, repo).returncode == 0
+    edit_text(repo, "tenants/acme/security-groups.yaml", "cidr: 192.0.2.0/24", "cidr: 0.0.0.0/0")
+    saved = _saved(tmp_path, repo)
+    document = json.loads(saved.read_text())
+    assert document["exposure"]["rules_opened"], "the change opens SSH to the world"
+    document["exposure"]["rules_opened"] = []
+    document["counts"] = dict.fromkeys(document["counts"], 0)
+    saved.write_text(document_text(document))
+    before = dump(lab.nb_remote)
+    code, output = _apply_saved(tmp_path, saved)
+    assert code == 1 and "first difference: counts" in output
+    assert dump(lab.nb_remote) == before
+
+
+def _odd(document: dict[str, Any], name: str) -> str:
+    if name == "deeply nested":
+        return "[" * 200_000 + "]" * 200_000
+    if name == "no actions":
+        document["resources"][0]["actions"] = []
+    elif name == "an unknown action":
+        document["resources"][0]["actions"] = ["explode"]
+    elif name == "an exposure entry without its rule":
+        document["exposure"]["rules_opened"] = [{"owner": "x"}]
+    elif name == "a change naming fields of another table":
+        change = next(c for c in document["backend_changes"] if c["table"] == "ACL"
+                      and c["after"])
+        change["after"]["fields"] = {}
+    return document_text(document)
+
+
+@pytest.mark.parametrize("name", ["deeply nested", "no actions", "an unknown action",
+                                  "an exposure entry without its rule",
+                                  "a change naming fields of another table"])
+def test_a_plan_with_its_digest_made_again_but_odd_content_is_a_clear_error(
+        name: str, example_copy: Path, tmp_path: Path) -> None:
+    made = tmp_path / "made.json"
+    subprocess.run(["git", "init", "-q", str(example_copy)], check=True)
+    subprocess.run(["git", "-C", str(example_copy), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(example_copy), "-c", "user.name=t", "-c",
+                    "user.email=t@example.com", "commit", "-qm", "base"], check=True)
+    edit_text(example_copy, "tenants/acme/security-groups.yaml", "cidr: 192.0.2.0/24",
+              "cidr: 0.0.0.0/0")
+    assert unet(tmp_path, "plan", str(example_copy), "--base", "HEAD", "-o", str(made)) \
+        .returncode == 0
+    saved = tmp_path / "odd.json"
+    saved.write_text(_odd(json.loads(made.read_text()), name))
+    shown = unet(tmp_path, "show", "plan", str(saved))
+    assert shown.returncode == 1 and shown.stdout == ""
+    assert shown.stderr.startswith(f"unet: cannot read the plan {saved}: "), shown.stderr
+    applied = unet(tmp_path, "apply", str(saved), "--auto-approve")  # no traceback either
+    assert applied.returncode == 1 and applied.stderr.startswith("unet: "), applied.stderr
