@@ -357,7 +357,35 @@ _SYMLINK_HOPS = 40
 #: part of a revision: folder and Git mode refuse them alike.
 _REPOSITORY = ("is another Git repository (a submodule or a clone); its files are not part "
                "of this revision", "copy the manifests into the repo instead")
+_INTO_REPOSITORY = ("is a symlink into another Git repository (a submodule or a clone); its "
+                    "files are not part of this revision", _REPOSITORY[1])
 _GITLINK = "160000"
+_SUBMODULE_PATH = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.M)
+
+
+def _submodules(root: str) -> set[str]:
+    """Paths, relative to `root`, of the submodules its Git work tree declares in
+    .gitmodules: there whether or not they are checked out."""
+    top = root
+    while not os.path.lexists(os.path.join(top, ".git")):
+        parent = os.path.dirname(top)
+        if parent == top:
+            return set()
+        top = parent
+    try:
+        text = Path(top, ".gitmodules").read_text(errors="replace")
+    except OSError:
+        return set()
+    out = set()
+    for path in _SUBMODULE_PATH.findall(text):
+        rel = os.path.relpath(os.path.join(top, path), root)
+        if not rel.startswith(".."):
+            out.add(Path(rel).as_posix())
+    return out
+
+
+def _within(path: str, folders: set[str]) -> bool:
+    return any(path == f or path.startswith(f + "/") for f in folders)
 
 
 def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
@@ -365,6 +393,7 @@ def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
     if not root.is_dir():
         raise SourceError(f"{root} is not a folder")
     real_root = os.path.realpath(root)
+    submodules = _submodules(real_root)
 
     def read_file(full: str) -> Callable[[], bytes]:
         return lambda: Path(full).read_bytes()
@@ -386,7 +415,20 @@ def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
         if os.path.isabs(os.readlink(full)) or \
                 os.path.commonpath([real_root, target]) != real_root:
             return _LEAVES
-        return _LINKED_FOLDER if os.path.isdir(target) else None
+        if os.path.isdir(target):
+            return _LINKED_FOLDER
+        return _INTO_REPOSITORY if in_repository(target) else None
+
+    def in_repository(target: str) -> bool:
+        """Inside a submodule, or a folder of the repo holding its own `.git`."""
+        if _within(Path(os.path.relpath(target, real_root)).as_posix(), submodules):
+            return True
+        folder = os.path.dirname(target)
+        while folder != real_root and folder.startswith(real_root):
+            if os.path.lexists(os.path.join(folder, ".git")):
+                return True
+            folder = os.path.dirname(folder)
+        return False
 
     def visit(entry: os.DirEntry[str], rel: str) -> Iterator[SourceFile | Diagnostic]:
         full = entry.path
@@ -396,7 +438,7 @@ def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
                 yield _unsafe_path(rel, *problem)
                 return
         elif entry.is_dir():
-            if os.path.lexists(os.path.join(full, ".git")):
+            if rel in submodules or os.path.lexists(os.path.join(full, ".git")):
                 yield _unsafe_path(rel, *_REPOSITORY)
             else:
                 yield from walk(rel)
@@ -451,14 +493,19 @@ def git_files(start: Path, rev: str,
     def reader(sha: str) -> Callable[[], bytes]:
         return lambda: repo.odb.stream(bytes.fromhex(sha)).read()
 
+    gitlinks = {rel for rel, (mode, _sha, _size) in entries.items() if mode == _GITLINK}
+
     def resolve(rel: str) -> tuple[str, str]:
-        """Follow the symlink at `rel` to ("file"|"missing", path) or ("leaves"|"folder", "")."""
+        """Follow the symlink at `rel` to ("file"|"missing", path) or ("leaves"|"folder"|
+        "repository", "")."""
         path = rel
         for _ in range(_SYMLINK_HOPS):
             target = reader(entries[path][1])().decode("utf-8", "replace")
             path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
             if target.startswith("/") or path == ".." or path.startswith("../"):
                 return "leaves", ""
+            if _within(path, gitlinks):
+                return "repository", ""
             if path in folders:
                 return "folder", ""
             if path not in entries or entries[path][0] not in ("100644", "100755", "120000"):
@@ -478,9 +525,10 @@ def git_files(start: Path, rev: str,
             continue
         if mode == "120000":
             found, path = resolve(rel)
-            if found in ("leaves", "folder"):
-                items.append(_unsafe_path(rel, *(_LEAVES if found == "leaves"
-                                                  else _LINKED_FOLDER)))
+            problem = {"leaves": _LEAVES, "folder": _LINKED_FOLDER,
+                       "repository": _INTO_REPOSITORY}.get(found)
+            if problem is not None:
+                items.append(_unsafe_path(rel, *problem))
                 continue
         if _area_of(rel) is None:
             continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -509,3 +510,52 @@ def test_a_nested_repository_in_the_folder_is_refused(
     assert code == 1
     assert ("PATH_UNSAFE", "tenants/acme/nested", 1) in [
         (d["code"], d["file"], d["line"]) for d in report["diagnostics"]]
+
+
+def test_a_submodule_not_checked_out_is_refused_alike(
+        example_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A clone without --recurse-submodules (actions/checkout's default) has an empty folder
+    where the submodule goes: read as it is, a whole tenant would seem removed."""
+    vendored = tmp_path / "globex"
+    shutil.copytree(example_copy / "tenants" / "globex", vendored)
+    _commit(vendored)
+    shutil.rmtree(example_copy / "tenants" / "globex")
+    _commit(example_copy)
+    _git(example_copy, "-c", "protocol.file.allow=always", "submodule", "add", "-q",
+         str(vendored), "tenants/globex")
+    _git(example_copy, "commit", "-q", "--no-verify", "-m", "globex from its own repo")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(example_copy), str(clone)], check=True,
+                   capture_output=True)
+    assert not any((clone / "tenants" / "globex").iterdir()), "not checked out"
+    for rev in (None, "HEAD"):
+        args = ["validate", str(clone), "--format", "json", "--no-cache"]
+        assert main([*args, "--rev", rev] if rev else args) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert ("PATH_UNSAFE", "tenants/globex", 1) in [
+            (d["code"], d["file"], d["line"]) for d in report["diagnostics"]], rev
+
+
+def test_a_symlink_into_a_submodule_is_refused_alike(
+        example_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    vendored = tmp_path / "vendor"
+    write("extra.yaml", API + "kind: ComputeInstance\nmetadata:\n  name: sneaky\nspec:\n"
+          "  networkAttachments:\n    - subnet: web\n")(vendored)
+    _commit(vendored)
+    _commit(example_copy)
+    _git(example_copy, "-c", "protocol.file.allow=always", "submodule", "add", "-q",
+         str(vendored), "vendor")
+    os.symlink("../../vendor/extra.yaml", example_copy / "tenants" / "acme" / "sneaky.yaml")
+    _git(example_copy, "add", "-A")
+    _git(example_copy, "commit", "-q", "--no-verify", "-m", "a link into the submodule")
+    found = []
+    for rev in (None, "HEAD"):
+        args = ["validate", str(example_copy), "--format", "json", "--no-cache"]
+        assert main([*args, "--rev", rev] if rev else args) == 1
+        report = json.loads(capsys.readouterr().out)
+        found.append({(d["code"], d["file"], d["message"]) for d in report["diagnostics"]
+                      if d["code"] == "PATH_UNSAFE"})
+    assert found[0] == found[1] == {
+        ("PATH_UNSAFE", "tenants/acme/sneaky.yaml",
+         "'tenants/acme/sneaky.yaml' is a symlink into another Git repository (a submodule "
+         "or a clone); its files are not part of this revision")}
