@@ -11,6 +11,8 @@ import contextlib
 import functools
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +20,8 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from reconciler.processes import process_alive
 
 from .conftest import ROOT
 from .ovnlab import NB_SCHEMA, OvnLab
@@ -208,3 +212,43 @@ def assert_consistent(lab: OvnLab, desired: dict[str, set[str]] | None,
             assert set(counts) == desired.get(table, set()), table
         total += len(counts)
     return total
+
+
+# --- extra servers ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def ovsdb_server(folder: Path, remote: str, *options: str) -> Iterator[Path]:
+    """An extra Northbound ovsdb-server; yields its log. Stopped by its pid."""
+    folder.mkdir(parents=True, exist_ok=True)
+    db, pidfile, log = folder / "nb.db", folder / "nb.pid", folder / "nb.log"
+    subprocess.run(["ovsdb-tool", "create", str(db), NB_SCHEMA], check=True)
+    subprocess.run(["ovsdb-server", str(db), f"--remote={remote}", *options,
+                    f"--pidfile={pidfile}", f"--log-file={log}",
+                    f"--unixctl={folder / 'nb.ctl'}", "--detach", "--no-chdir"],
+                   check=True, capture_output=True)
+    pid = int(pidfile.read_text())
+    try:
+        yield log
+    finally:
+        stop_pid(pid)
+
+
+def stop_pid(pid: int) -> None:
+    """SIGTERM, then wait; a zombie counts as stopped (PID 1 here reaps late)."""
+    if process_alive(pid):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not process_alive(pid), f"pid {pid} does not stop"
+
+
+def listening_port(log: Path) -> int:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = re.search(r"listening on port (\d+)", log.read_text())
+        if found:
+            return int(found.group(1))
+        time.sleep(0.02)
+    raise AssertionError(f"no port in {log}: {log.read_text()}")

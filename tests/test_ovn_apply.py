@@ -8,7 +8,6 @@ Every daemon a test starts itself is stopped by its pid, also when it fails.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
@@ -19,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +33,18 @@ from .ovnrun import (
     assert_consistent,
     assert_noop,
     dump,
+    listening_port,
     nbctl_list,
     northd_problems,
     ours,
+    ovsdb_server,
     plan,
     plan_json,
     reaped,
     row_named,
     rows,
     spawn,
+    stop_pid,
     unet,
     unet_env,
     wait_for_text,
@@ -542,43 +543,6 @@ def test_second_run_waits_for_the_lock_then_fails_naming_the_holder(
 # --- 8. connection strings ------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def ovsdb_server(folder: Path, remote: str, *options: str) -> Iterator[Path]:
-    """An extra Northbound ovsdb-server; yields its log. Stopped by its pid."""
-    folder.mkdir(parents=True, exist_ok=True)
-    db, pidfile, log = folder / "nb.db", folder / "nb.pid", folder / "nb.log"
-    subprocess.run(["ovsdb-tool", "create", str(db), NB_SCHEMA], check=True)
-    subprocess.run(["ovsdb-server", str(db), f"--remote={remote}", *options,
-                    f"--pidfile={pidfile}", f"--log-file={log}",
-                    f"--unixctl={folder / 'nb.ctl'}", "--detach", "--no-chdir"],
-                   check=True, capture_output=True)
-    pid = int(pidfile.read_text())
-    try:
-        yield log
-    finally:
-        stop_pid(pid)
-
-
-def stop_pid(pid: int) -> None:
-    """SIGTERM, then wait; a zombie counts as stopped (PID 1 here reaps late)."""
-    if process_alive(pid):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    while process_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not process_alive(pid), f"pid {pid} does not stop"
-
-
-def _listening_port(log: Path) -> int:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        found = re.search(r"listening on port (\d+)", log.read_text())
-        if found:
-            return int(found.group(1))
-        time.sleep(0.02)
-    raise AssertionError(f"no port in {log}: {log.read_text()}")
-
-
 def _set_ssl_config(repo: Path, key: Path, cert: Path, ca: Path) -> None:
     managers = repo / "provider" / "managers.yaml"
     text = managers.read_text()
@@ -608,7 +572,7 @@ def test_connection_strings(example_copy: Path, tmp_path: Path) -> None:
     tcp_repo = tmp_path / "tcp-repo"
     shutil.copytree(example_copy, tcp_repo)
     with ovsdb_server(tmp_path / "tcp", "ptcp:0:127.0.0.1") as log:
-        remote = f"tcp:127.0.0.1:{_listening_port(log)}"
+        remote = f"tcp:127.0.0.1:{listening_port(log)}"
         subprocess.run(["ovn-nbctl", f"--db={remote}", "init"], check=True)
         use_northbound(tcp_repo, remote)
         result = apply(tmp_path, tcp_repo)
@@ -625,7 +589,7 @@ def test_connection_strings(example_copy: Path, tmp_path: Path) -> None:
                       f"--private-key={certs / 'server.key'}",
                       f"--certificate={certs / 'server.pem'}",
                       f"--ca-cert={certs / 'ca.pem'}") as log:
-        port = _listening_port(log)
+        port = listening_port(log)
         remote = f"ssl:127.0.0.1:{port}"
         nbctl_ssl = ["ovn-nbctl", f"--db={remote}", f"--private-key={certs / 'client.key'}",
                      f"--certificate={certs / 'client.pem'}", f"--ca-cert={certs / 'ca.pem'}"]

@@ -10,7 +10,12 @@ take the lock and apply, then lets the first run go on.
 
 from __future__ import annotations
 
+import os
+import pty
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from .conftest import use_northbound
@@ -19,9 +24,12 @@ from .ovnrun import (
     apply,
     assert_consistent,
     desired_keys,
+    listening_port,
+    ovsdb_server,
     plan,
     reaped,
     spawn,
+    unet_env,
     wait_for_text,
 )
 from .test_plan_golden import edit_text
@@ -63,3 +71,31 @@ def test_a_run_that_lost_its_lock_writes_nothing_after_the_run_that_took_it(
     assert plan(tmp_path, second, "--detailed-exitcode").returncode == 0
     assert plan(tmp_path, _copy(bench_template, tmp_path / "again", lab.nb_remote),
                 "--detailed-exitcode").returncode == 2, "the first repo's plan is not applied"
+
+
+def test_the_lock_outlives_a_long_look_at_the_plan_over_tcp(example_copy: Path,
+                                                             tmp_path: Path) -> None:
+    """Over tcp: the server probes a silent client and drops it after two probe intervals
+    (10 s by default), and the lock with it. A person reading the plan takes longer."""
+    with ovsdb_server(tmp_path / "tcp", "ptcp:0:127.0.0.1") as log:
+        remote = f"tcp:127.0.0.1:{listening_port(log)}"
+        subprocess.run(["ovn-nbctl", f"--db={remote}", "init"], check=True)
+        use_northbound(example_copy, remote)
+        controller, terminal = pty.openpty()
+        out = tmp_path / "apply.out"
+        with out.open("wb") as stdout:
+            proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "apply",
+                                     str(example_copy), "--manager", "ovn"], cwd=tmp_path,
+                                    env=unet_env(), stdin=terminal, stdout=stdout,
+                                    stderr=subprocess.STDOUT)
+        os.close(terminal)
+        try:
+            with reaped(proc):
+                wait_for_text(proc, (out,), "Apply these changes?")
+                time.sleep(13)
+                os.write(controller, b"yes\n")
+                assert proc.wait(timeout=60) == 0, out.read_text()[-2000:]
+        finally:
+            os.close(controller)
+        assert "Apply complete" in out.read_text()
+        assert "no response to inactivity probe" not in log.read_text()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -29,6 +30,8 @@ _REPLY_END = b'"error":null}'
 _SMALL = 1 << 20
 #: Seconds between echo requests while waiting for news (a lock) on a quiet connection.
 _PROBE = 5.0
+#: Seconds between looks at a connection that holds a lock and is otherwise idle.
+_LISTEN = 1.0
 
 
 class ConnectionLost(Exception):
@@ -38,7 +41,12 @@ class ConnectionLost(Exception):
 
 class Rpc:
     """One connection; one request at a time. It also holds OVSDB locks: a lock belongs
-    to the connection that asked for it, and ends with it."""
+    to the connection that asked for it, and ends with it.
+
+    While it holds a lock, a thread answers the server's inactivity probes between
+    requests (a person reading the plan at the prompt, say): over tcp: and ssl: the
+    server drops a connection that stays silent, and the lock with it.
+    """
 
     def __init__(self, remote: str, timeout: float) -> None:
         self.remote = remote
@@ -47,8 +55,14 @@ class Rpc:
         self.pending = bytearray()  # received, not yet decoded
         self.next_id = 0
         self.locks: set[str] = set()  # held on this connection now
+        self.busy = threading.Lock()  # one user of the stream at a time
+        self.listener: threading.Thread | None = None
 
     def close(self) -> None:
+        with self.busy:
+            self._drop()
+
+    def _drop(self) -> None:
         if self.stream is not None:
             self.stream.close()
             self.stream = None
@@ -57,7 +71,8 @@ class Rpc:
     def transact(self, operations: list[dict[str, Any]]) -> list[Any]:
         """The result of each operation (dicts with "error" for refused ones), plus a
         trailing error when the whole transaction failed."""
-        result = self._request("transact", [DATABASE, *operations])
+        with self.busy:
+            result = self._request("transact", [DATABASE, *operations])
         if not isinstance(result, list):
             raise ConnectionLost(f"unexpected reply {str(result)[:200]}")
         return result
@@ -65,10 +80,17 @@ class Rpc:
     def lock(self, name: str, seconds: float) -> bool:
         """Ask for the lock `name` and wait up to `seconds` for the server to grant it.
         When it is not granted in time, the request is withdrawn."""
-        if self._request("lock", [name]).get("locked"):
-            self.locks.add(name)
-            return True
-        deadline = time.monotonic() + seconds
+        with self.busy:
+            if self._request("lock", [name]).get("locked"):
+                self.locks.add(name)
+            granted = self._wait_for_lock(name, time.monotonic() + seconds)
+        if granted and self.listener is None:
+            self.listener = threading.Thread(target=self._listen, daemon=True,
+                                             name=f"ovsdb-probes {self.remote}")
+            self.listener.start()
+        return granted
+
+    def _wait_for_lock(self, name: str, deadline: float) -> bool:
         while name not in self.locks:
             message = self._receive(until=deadline)
             if message is None:
@@ -78,8 +100,26 @@ class Rpc:
         return True
 
     def unlock(self, name: str) -> None:
-        self.locks.discard(name)
-        self._request("unlock", [name])
+        with self.busy:
+            self.locks.discard(name)
+            self._request("unlock", [name])
+
+    def _listen(self) -> None:
+        """Answer probes and take news of the locks while nobody else uses the stream."""
+        while True:
+            time.sleep(_LISTEN)
+            if not self.busy.acquire(blocking=False):
+                continue  # a request is under way: its own loop answers probes
+            try:
+                if self.stream is None or not self.locks:
+                    self.listener = None
+                    return
+                while (message := self._receive(until=time.monotonic())) is not None:
+                    self._handle(message)
+            except ConnectionLost:
+                self._drop()  # the next request connects again, without the lock
+            finally:
+                self.busy.release()
 
     def _request(self, method: str, params: list[Any]) -> Any:
         self.next_id += 1
@@ -101,7 +141,7 @@ class Rpc:
                     return message
                 self._handle(message)
         except ConnectionLost:
-            self.close()
+            self._drop()
             raise
 
     def _handle(self, message: dict[str, Any]) -> None:
