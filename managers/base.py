@@ -30,6 +30,10 @@ class ManagerPlugin:
     capabilities: ClassVar[frozenset[Capability]]
     #: JSON Schema of the NetworkManager's `spec.config` for this plugin.
     config_schema: ClassVar[dict[str, Any]]
+    #: The config field naming the backend, when the plugin cannot tell its own objects from
+    #: those of another NetworkManager of the installation in one backend: two managers of
+    #: an installation may then not name the same one.
+    backend_field: ClassVar[str | None] = None
 
     def __init__(self, manager: str, config: dict[str, Any], installation: str) -> None:
         self.manager = manager  # the NetworkManager's name: the `manager` of every object

@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from reconciler.validate import validate_repo
+
 from .gitops import commit_all, git
 from .ovnlab import OvnLab
 from .ovnrun import (
@@ -367,3 +369,22 @@ def test_a_row_of_others_added_while_the_plan_is_read_stops_the_apply(
     assert "Nothing was applied" in said
     lab.nbctl("lsp-del", "operator-vm")  # it was there all along; without it:
     assert dump(lab.nb_remote) == before, "nothing applied"
+
+
+def test_two_ovn_managers_may_not_share_a_northbound(example_copy: Path) -> None:
+    """Rows carry the installation, not the manager: two managers on one database would
+    each plan to delete the other's rows."""
+    managers = example_copy / "provider" / "managers.yaml"
+    text = managers.read_text().replace("  regions: [region-a, region-b]\n",
+                                        "  regions: [region-a]\n", 1)
+    managers.write_text(text + "---\n" + yaml.safe_dump({
+        "apiVersion": API, "kind": "NetworkManager", "metadata": {"name": "ovn-b"},
+        "spec": {"role": "fabric", "plugin": "ovn", "regions": ["region-b"],
+                 "config": {"northbound": "embedded"}}}))
+    edit_text(example_copy, "provider/classes.yaml", "  region: region-b\n  default: true\n"
+              "  fabricManager: ovn\n", "  region: region-b\n  default: true\n"
+              "  fabricManager: ovn-b\n")
+    problems = [d for d in validate_repo(example_copy).diagnostics if d.is_error]
+    assert [(d.code, d.path) for d in problems] == [("PLUGIN_CONFIG_INVALID",
+                                                     "/spec/config/northbound")]
+    assert "NetworkManager 'ovn-b' uses the same backend as 'ovn'" in problems[0].message

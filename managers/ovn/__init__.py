@@ -26,6 +26,8 @@ class OvnManager(ManagerPlugin):
     name: ClassVar[str] = "ovn"
     role: ClassVar[Literal["fabric", "k8s"]] = "fabric"
     capabilities: ClassVar[frozenset[Capability]] = frozenset(Capability)
+    # Rows carry the installation, not the manager: one OVN manager per Northbound database.
+    backend_field: ClassVar[str | None] = "northbound"
     config_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "additionalProperties": False,

@@ -24,6 +24,7 @@ def effective_capabilities(
 
 
 def check_managers(ctx: Context) -> None:
+    backends: dict[tuple[str, str], Manifest] = {}
     for manager in ctx.kind("NetworkManager"):
         spec = manager.obj.spec
         plugin = ctx.plugins.get(spec.plugin)
@@ -41,6 +42,24 @@ def check_managers(ctx: Context) -> None:
             path = ("spec", "config", *error.absolute_path)
             ctx.report("PLUGIN_CONFIG_INVALID", manager, path,
                        f"plugin '{spec.plugin}' rejected its config: {error.message}")
+        _check_shared_backend(ctx, manager, plugin, backends)
+
+
+def _check_shared_backend(ctx: Context, manager: Manifest, plugin: Any,
+                          backends: dict[tuple[str, str], Manifest]) -> None:
+    """Two managers whose plugin cannot tell their objects apart must not share a backend:
+    each would take the other's objects for its own (and delete them)."""
+    field = plugin.backend_field
+    if field is None:
+        return
+    default = plugin.config_schema.get("properties", {}).get(field, {}).get("default")
+    value = str(manager.obj.spec.config.get(field, default))
+    first = backends.setdefault((manager.obj.spec.plugin, value), manager)
+    if first is not manager:
+        ctx.report("PLUGIN_CONFIG_INVALID", manager, ("spec", "config", field),
+                   f"NetworkManager '{manager.name}' uses the same backend as '{first.name}' "
+                   f"({field}: {value}); they would take each other's objects for their own",
+                   f"give '{first.name}' this manager's regions too, and remove this one")
 
 
 def check_classes(ctx: Context) -> None:
