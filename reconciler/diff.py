@@ -78,7 +78,11 @@ def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool
                       ("parent",))
     immutable_before = have.meta.get(TAG_IMMUTABLE)
     immutable_after = want.meta.get(TAG_IMMUTABLE)
-    if immutable_before and immutable_after and immutable_before != immutable_after:
+    # The tag hashes the owner's immutable fields: it says something only about one owner.
+    # A row that passes to another owner (a region's external switch to a new first pool)
+    # is updated, not replaced.
+    if have.owner == want.owner and immutable_before and immutable_after \
+            and immutable_before != immutable_after:
         forced = tuple(c.path for c in field_changes
                        if any(c.path == f"fields.{p}" or c.path.startswith(f"fields.{p}.")
                               for p in want.immutable_fields))

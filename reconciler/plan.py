@@ -126,9 +126,11 @@ def drift_of(changes: list[Change], repo_unchanged: bool) -> set[str]:
 
 
 def _edited(change: Change) -> bool:
+    """Still tagged with the hash of the desired content, yet not that content."""
     before, after = change.before, change.after
     return (before is not None and after is not None and change.actions != (NOOP,)
-            and before.meta.get(TAG_HASH) == after.content_hash)
+            and before.meta.get(TAG_HASH) == after.content_hash
+            and before.content_hash != after.content_hash)
 
 
 def build_plan(mode: str, installation: str, inputs: dict[str, Any], changes: list[Change],

@@ -54,6 +54,8 @@ def test_moving_a_subnet_converges_in_one_apply(lab: OvnLab, repo: Path,
     assert apply(tmp_path, repo).returncode == 0
     edit_text(repo, NETWORK, "ipv4Cidr: 10.10.1.0/24\n", "ipv4Cidr: 10.10.5.0/24\n")
     edit_text(repo, NETWORK, "gateway: 10.10.1.1\n", "gateway: 10.10.5.1\n")
+    planned = json.loads(plan(tmp_path, repo, "--format", "json").stdout)
+    assert planned["drift"] == [], "rows recreated with their switch are not drift"
     _one_apply_converges(tmp_path, repo)
     assert _groups_of(lab, "unet.acme.vm.web-1.0") == {"unet.acme.prod", "unet.acme.prod.web"}
 
@@ -239,3 +241,18 @@ def test_drift_that_opens_access_is_in_the_exposure_summary(lab: OvnLab, repo: P
     assert apply(tmp_path, repo).returncode == 0
     assert json.loads(plan(tmp_path, repo, "--format", "json").stdout)["exposure"][
         "drift_opened"] == []
+
+
+def test_adding_a_pool_to_a_region_replaces_nothing(lab: OvnLab, repo: Path,
+                                                    tmp_path: Path) -> None:
+    """The region's external switch is owned by its first pool: a pool sorting before it
+    takes the switch over, which is no reason to recreate every router's gateway on it."""
+    assert apply(tmp_path, repo).returncode == 0
+    (repo / "provider" / "pools-extra.yaml").write_text(
+        "apiVersion: network.osac.io/v1alpha1\nkind: ExternalIPPool\nmetadata:\n"
+        "  name: aaa-extra\nspec:\n  region: region-a\n  cidr: 192.0.2.128/25\n"
+        "  gateway: 192.0.2.129\n")
+    document = json.loads(plan(tmp_path, repo, "--format", "json").stdout)
+    assert document["row_counts"]["replace"] == 0 and document["counts"]["replace"] == 0
+    assert document["drift"] == []
+    _one_apply_converges(tmp_path, repo)
