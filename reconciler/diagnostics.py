@@ -237,6 +237,7 @@ class Diagnostic:
     path: str = ""
     hint: str | None = None
     severity: Severity = field(default=Severity.ERROR)
+    column: int | None = None  # 1-based, where the reader knows it (YAML syntax errors)
 
     def __post_init__(self) -> None:
         info = CODES.get(self.code)
@@ -259,6 +260,7 @@ class Diagnostic:
             "message": self.message,
             "file": self.file,
             "line": self.line,
+            "column": self.column,
             "path": self.path,
             "hint": self.hint,
         }

@@ -99,6 +99,9 @@ class Document:
     lines: dict[Path_, int] = field(default_factory=dict)
     tenant: str | None = None  # from the folder: tenants/<tenant>/...
     area: str = ""  # "root", "provider" or "tenants"
+    # Not YAML: `data` holds only the kind and name read from its text, if they could be,
+    # so that what names it is not reported again.
+    broken: bool = False
 
     def line_of(self, path: Path_) -> int:
         """Line of the node at `path`, or of its nearest ancestor that exists."""
@@ -240,6 +243,11 @@ def parse_manifest_file(path: str, content: bytes) -> tuple[list[Document], list
                 hint="save the file as UTF-8",
             )
         ]
+    return _parse(path, text, content, salvage=True)
+
+
+def _parse(path: str, text: str, content: bytes, salvage: bool
+           ) -> tuple[list[Document], list[Diagnostic]]:
     builder = _Builder(path)
     documents: list[Document] = []
     try:
@@ -256,10 +264,7 @@ def parse_manifest_file(path: str, content: bytes) -> tuple[list[Document], list
                 Document(path, index, node.start_mark.line + 1, data, builder.lines)
             )
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else 1
-        problem = exc.problem or exc.context or "invalid YAML"
-        return [], [Diagnostic("YAML_SYNTAX", f"not valid YAML: {problem}", file=path, line=line)]
+        return _by_document(path, text) if salvage else ([], [_syntax_error(path, exc)])
     except yaml.YAMLError as exc:  # reader errors: control characters, bad encodings
         return [], [Diagnostic("YAML_SYNTAX", f"not valid YAML: {_reader_problem(exc)}",
                                file=path, line=_reader_line(content, exc))]
@@ -276,6 +281,78 @@ def parse_manifest_file(path: str, content: bytes) -> tuple[list[Document], list
             )
         )
     return documents, builder.diagnostics
+
+
+_SEPARATOR = re.compile(r"^(?:---(?:[ \t].*)?|\.\.\.[ \t]*)$", re.M)
+_KIND = re.compile(r"^kind:[ \t]*[\"']?([A-Za-z]+)[\"']?[ \t]*(?:#.*)?$", re.M)
+_NAME = re.compile(r"^metadata:[ \t]*\n(?:[ \t]+.*\n|[ \t]*\n)*?[ \t]+name:[ \t]*[\"']?"
+                   r"([a-z0-9][-a-z0-9]*)[\"']?[ \t]*(?:#.*)?$", re.M)
+
+
+def _by_document(path: str, text: str) -> tuple[list[Document], list[Diagnostic]]:
+    """A file with a syntax error, parsed document by document: one broken document costs
+    one error, and the others are read as usual. Each piece keeps its line numbers (it is
+    parsed after as many empty lines as precede it)."""
+    starts = [0, *(m.start() for m in _SEPARATOR.finditer(text) if m.start() > 0)]
+    documents: list[Document] = []
+    diagnostics: list[Diagnostic] = []
+    for index, (start, end) in enumerate(zip(starts, [*starts[1:], len(text)], strict=True)):
+        piece = "\n" * text.count("\n", 0, start) + text[start:end]
+        docs, problems = _parse(path, piece, piece.encode(), salvage=False)
+        documents += [_renumbered(doc, index) for doc in docs]
+        diagnostics += [d for d in problems if d.code != "SCHEMA_TYPE" or docs]
+        if any(d.code == "YAML_SYNTAX" for d in problems):
+            documents.append(_broken(path, index, text.count("\n", 0, start) + 1,
+                                     text[start:end]))
+    return documents, diagnostics
+
+
+def _renumbered(doc: Document, index: int) -> Document:
+    doc.index = index
+    return doc
+
+
+def _broken(path: str, index: int, line: int, text: str) -> Document:
+    kind, name = _KIND.search(text), _NAME.search(text)
+    data = {"kind": kind.group(1), "metadata": {"name": name.group(1)}} if kind and name \
+        else None
+    return Document(path, index, line, data, broken=True)
+
+
+def _syntax_error(path: str, exc: yaml.MarkedYAMLError) -> Diagnostic:
+    """A YAML syntax error in plain words, where the reader says what it is."""
+    mark = exc.problem_mark or exc.context_mark
+    problem = str(exc.problem or exc.context or "invalid YAML")
+    message, hint = f"not valid YAML: {problem}", None
+    for pattern, words, advice in _PLAIN_WORDS:
+        if pattern in problem or pattern in str(exc.context or ""):
+            message, hint = words, advice
+            if "never closed" in words and exc.context_mark is not None:
+                mark = exc.context_mark  # where it was opened, not where that was noticed
+            break
+    return Diagnostic("YAML_SYNTAX", message, file=path,
+                      line=mark.line + 1 if mark is not None else 1,
+                      column=mark.column + 1 if mark is not None else None, hint=hint)
+
+
+_INDENT = "indent with spaces, so that the fields of one mapping line up exactly"
+#: (what the reader says, what it means, how to fix it)
+_PLAIN_WORDS = (
+    ("tab", "a tab character: YAML indents with spaces only",
+     "replace the tab with spaces (two per level)"),
+    ("mapping values are not allowed",
+     "a ':' where no key can start: this line is indented more than its block, or a value "
+     "holds ': '", f"{_INDENT}; quote values that contain ': '"),
+    ("expected <block end>", "this line's indentation does not match the block it is in",
+     _INDENT),
+    ("did not find expected key", "this line's indentation does not match the block it is in",
+     _INDENT),
+    ("could not find expected ':'", "a key without ':'", "write key: value"),
+    ("while scanning a quoted scalar", "a quoted value is never closed",
+     "close the quote on the same value"),
+    ("flow sequence", "a [list] is never closed", "close it with ]"),
+    ("flow mapping", "a {mapping} is never closed", "close it with }"),
+)
 
 
 def _reader_problem(exc: yaml.YAMLError) -> str:

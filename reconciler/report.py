@@ -129,6 +129,8 @@ def render_github(diagnostics: Sequence[Diagnostic], summary: Summary, stream: T
         props = [f"file={_escape_property(_display_file(diag, prefix))}"]
         if diag.line:
             props.append(f"line={diag.line}")
+        if diag.column:
+            props.append(f"col={diag.column}")
         props.append(f"title={_escape_property(diag.code)}")
         message = diag.message + (f" ({diag.path})" if diag.path else "")
         if diag.hint:

@@ -149,6 +149,8 @@ def validate_documents(documents: list[Document]) -> tuple[list[Manifest], list[
     manifests: list[Manifest] = []
     diagnostics: list[Diagnostic] = []
     for doc in documents:
+        if doc.broken:
+            continue  # its syntax error is reported where it was read
         problems = list(_shape_problems(doc))
         if problems:
             diagnostics.extend(problems)

@@ -88,9 +88,9 @@ LAUGHS = (
 
 CASES: dict[str, Case] = {
     # --- not YAML -------------------------------------------------------------------------
-    "malformed YAML": Case(
+    "malformed YAML": Case(  # the line where the list opens, not where the file ends
         write("tenants/acme/broken.yaml", SUBNET + "spec:\n  virtualNetwork: [prod\n"),
-        "YAML_SYNTAX", "tenants/acme/broken.yaml", 7,
+        "YAML_SYNTAX", "tenants/acme/broken.yaml", 6,
     ),
     "tab indentation": Case(
         write("tenants/acme/tabs.yaml", SUBNET + "spec:\n\tvirtualNetwork: prod\n"),

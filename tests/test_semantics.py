@@ -72,3 +72,44 @@ def test_a_remote_of_a_family_the_network_lacks_is_a_warning(example_copy: Path)
     [problem] = _diagnostics(example_copy)
     assert problem["code"] == "RULE_NO_EFFECT" and problem["path"] == "/spec/ingress/0"
     assert "VirtualNetwork 'lab' has no IPv6" in problem["message"]
+
+
+# --- one mistake, one error -----------------------------------------------------------------
+
+NETWORK = "tenants/acme/network.yaml"
+
+
+def test_a_tab_gives_one_error_with_a_column_and_a_hint(example_copy: Path) -> None:
+    edit_text(example_copy, NETWORK, "  ipv4Cidr: 10.10.0.0/16\n", "\tipv4Cidr: 10.10.0.0/16\n")
+    [problem] = [d for d in _diagnostics(example_copy)]
+    assert (problem["code"], problem["file"], problem["line"], problem["column"]) == \
+        ("YAML_SYNTAX", NETWORK, 16, 1)
+    assert problem["message"] == "a tab character: YAML indents with spaces only"
+    assert "spaces" in problem["hint"]
+
+
+def test_a_broken_document_leaves_the_others_of_its_file_alone(example_copy: Path) -> None:
+    """The subnets after the broken VirtualNetwork in the same file are still read, and
+    nothing that names the VirtualNetwork is reported again."""
+    edit_text(example_copy, NETWORK, "  ipv4Cidr: 10.10.0.0/16\n",
+              "  ipv4Cidr: [10.10.0.0/16\n")
+    [problem] = _diagnostics(example_copy)
+    assert problem["code"] == "YAML_SYNTAX" and problem["line"] == 16
+    assert "never closed" in problem["message"]
+    kinds = {m.kind for m in validate_repo(example_copy).manifests
+             if m.doc.file == NETWORK}
+    assert kinds == {"Subnet"}
+
+
+def test_a_wrong_api_version_gives_one_error(example_copy: Path) -> None:
+    edit_text(example_copy, NETWORK, "apiVersion: network.osac.io/v1alpha1\nkind: "
+              "VirtualNetwork", "apiVersion: network.osac.io/v1\nkind: VirtualNetwork")
+    assert [d["code"] for d in _diagnostics(example_copy)] == ["UNKNOWN_KIND"]
+
+
+def test_indentation_and_colons_get_plain_words(example_copy: Path) -> None:
+    edit_text(example_copy, NETWORK, "  ipv4Cidr: 10.10.0.0/16\n",
+              "  ipv4Cidr: 10.10.0.0/16\n   ipv6Cidr: fd10:aaaa::/48\n")
+    [problem] = _diagnostics(example_copy)
+    assert problem["code"] == "YAML_SYNTAX" and problem["hint"]
+    assert "indent" in problem["message"] + problem["hint"]

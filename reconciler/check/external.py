@@ -84,15 +84,17 @@ def check_consumers(ctx: Context) -> None:
     for gateway in ctx.kind("NATGateway"):
         eip = _consume(ctx, gateway, consumers)
         spec = gateway.obj.spec
+        # Counted by the network it names, found or not: a network whose manifest is
+        # broken is reported once, not again as a Cluster lacking its gateway.
+        first = nat_per_network.setdefault((gateway.tenant, spec.virtual_network), gateway)
+        if first is not gateway:
+            ctx.report("NAT_GATEWAY_DUPLICATE", gateway, ("spec", "virtualNetwork"),
+                       f"VirtualNetwork '{spec.virtual_network}' already has NATGateway "
+                       f"'{first.name}'", "one NATGateway serves the whole VirtualNetwork")
         vn = ctx.lookup(gateway, ("spec", "virtualNetwork"), "VirtualNetwork",
                         spec.virtual_network, gateway.tenant)
         if vn is None:
             continue
-        first = nat_per_network.setdefault((gateway.tenant, vn.name), gateway)
-        if first is not gateway:
-            ctx.report("NAT_GATEWAY_DUPLICATE", gateway, ("spec", "virtualNetwork"),
-                       f"VirtualNetwork '{vn.name}' already has NATGateway '{first.name}'",
-                       "one NATGateway serves the whole VirtualNetwork")
         require(ctx, gateway, ("kind",), ctx.vn_class.get((gateway.tenant, vn.name)),
                 Capability.NAT_GATEWAYS, "a NATGateway")
         _same_region(ctx, gateway, eip, vn)
