@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from reconciler.order import Step
 
 
+#: Seconds between notices that a run still waits for another run's lock.
+WAIT_NOTICE = 10.0
+
+
 class ManagerPlugin:
     """Base of manager plugins."""
 
@@ -94,6 +98,9 @@ class ManagerPlugin:
     def record_applied(self, digest: str) -> None:
         """Remember the digest of the desired state just applied (to tell drift later)."""
 
-    def lock(self, timeout: float) -> AbstractContextManager[None]:
-        """A lock held in the backend itself for the whole apply."""
+    def lock(self, timeout: float, waiting: Callable[[str], None] = lambda _text: None
+             ) -> AbstractContextManager[None]:
+        """A lock held in the backend itself for the whole apply. While another run holds
+        it, `waiting` is told so (who holds it, since when) at once and every WAIT_NOTICE
+        seconds."""
         raise NotImplementedError

@@ -9,6 +9,7 @@ plan (commands.py): STALE_PLAN when the observed state changed.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -44,10 +45,13 @@ class ApplyResult:
 
 @contextlib.contextmanager
 def session(managers: dict[str, Any], workdir: Path, lock_timeout: float,
-            readers: dict[str, Any] | None = None) -> Iterator[None]:
+            readers: dict[str, Any] | None = None,
+            waiting: Callable[[str], None] | None = None) -> Iterator[None]:
     """Connected to every manager's backend and holding every manager's lock.
 
     `readers` are only connected: observed for their allocations, never changed.
+    `waiting` hears, at once and every few seconds, which lock a run waits for and who
+    holds it (by default: a line on standard error).
     """
     with contextlib.ExitStack() as stack:
         for name in sorted(readers or {}):
@@ -55,8 +59,12 @@ def session(managers: dict[str, Any], workdir: Path, lock_timeout: float,
         for name in sorted(managers):
             stack.enter_context(managers[name].connect(workdir))
         for name in sorted(managers):
-            stack.enter_context(managers[name].lock(lock_timeout))
+            stack.enter_context(managers[name].lock(lock_timeout, waiting or _say_waiting))
         yield
+
+
+def _say_waiting(text: str) -> None:
+    print(f"unet: {text}", file=sys.stderr, flush=True)
 
 
 def observe_all(managers: dict[str, Any]) -> list[BackendObject]:

@@ -270,7 +270,8 @@ class Reconciler:
         inputs = {"head": revision_info(folder, rev)}
         entered = False
         try:
-            with session(managers, self.options.workdir, self.options.lock_timeout, readers):
+            with session(managers, self.options.workdir, self.options.lock_timeout, readers,
+                         _log_waiting):
                 entered = True
                 run.locked_at = time.time()
                 plan = _plan_live(head, managers, inputs, False, readers)
@@ -322,6 +323,13 @@ class Reconciler:
         finally:
             if entered:
                 run.unlocked_at = time.time()
+
+
+def _log_waiting(text: str) -> None:
+    """Standard error holds one JSON object per line: so does the wait for a lock."""
+    sys.stderr.write(json.dumps({"ts": _now(), "event": "waiting", "message": text},
+                                sort_keys=True) + "\n")
+    sys.stderr.flush()
 
 
 def _drift_message(count: int) -> str:

@@ -537,6 +537,8 @@ def test_contract_a_held_lease_makes_a_second_run_wait_then_fail(env: Env) -> No
     assert ("unet: another unet run holds the Lease unet-system/unet-example on cluster "
             "hosting-a2 (context hosting-a2): build-7 pid 4242") in err
     assert "raise --lock-timeout" in err
+    assert ("unet: waiting for the Lease unet-system/unet-example on cluster hosting-a2 "
+            "(context hosting-a2) held by build-7 pid 4242") in err, "said at once"
     assert env.names("hosting-a1", CUDNS) == []  # nothing applied anywhere
     a1_lease = env.clusters["hosting-a1"].get("leases", "unet-example", "unet-system")
     assert "holderIdentity" not in a1_lease["spec"]  # the one it had taken, it gave back

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pty
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -99,3 +100,35 @@ def test_the_lock_outlives_a_long_look_at_the_plan_over_tcp(example_copy: Path,
             os.close(controller)
         assert "Apply complete" in out.read_text()
         assert "no response to inactivity probe" not in log.read_text()
+
+
+def test_a_run_that_waits_for_the_lock_says_for_whom_at_once_and_every_ten_seconds(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    controller, terminal = pty.openpty()
+    out = tmp_path / "first.out"
+    with out.open("wb") as stdout:
+        first = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
+                                  "--manager", "ovn"], cwd=tmp_path, env=unet_env(),
+                                 stdin=terminal, stdout=stdout, stderr=subprocess.STDOUT)
+    os.close(terminal)
+    try:
+        with reaped(first):
+            wait_for_text(first, (out,), "Apply these changes?")
+            second, _out, err = spawn(tmp_path, "plan", str(repo), "--manager", "ovn",
+                                      "--lock-timeout", "30")
+            with reaped(second):
+                notice = f"unet: waiting for the lock unet_example held by " \
+                         f"{socket.gethostname()} pid {first.pid} since "
+                started = time.monotonic()
+                wait_for_text(second, (err,), notice, timeout=5)
+                assert time.monotonic() - started < 5, "at once"
+                deadline = time.monotonic() + 15
+                while err.read_text().count(notice) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert err.read_text().count(notice) == 2, err.read_text()
+                assert time.monotonic() - started >= 9.5, "every ten seconds, not more often"
+                os.write(controller, b"no\n")  # the first run lets go: the second goes on
+                assert second.wait(timeout=60) == 0, err.read_text()
+                assert first.wait(timeout=30) == 1  # cancelled at the prompt
+    finally:
+        os.close(controller)

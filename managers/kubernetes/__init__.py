@@ -128,7 +128,8 @@ class KubernetesManager(ManagerPlugin):
         return self._clusters
 
     @contextlib.contextmanager
-    def lock(self, timeout: float) -> Iterator[None]:
+    def lock(self, timeout: float, waiting: Callable[[str], None] = lambda _text: None
+             ) -> Iterator[None]:
         """The Lease unet-<installation> in leaseNamespace, on every usable cluster."""
         from .live import KubernetesError, Lease, LockTimeout, Renewer
 
@@ -141,7 +142,7 @@ class KubernetesManager(ManagerPlugin):
                     continue
                 lease = Lease(cluster, namespace, f"unet-{self.installation}", duration)
                 try:
-                    lease.acquire(timeout)
+                    lease.acquire(timeout, waiting=waiting)
                 except LockTimeout:
                     raise
                 except KubernetesError as exc:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from managers.base import WAIT_NOTICE
 from reconciler.errors import UnetError
 from reconciler.objects import TAG_HASH, BackendObject
 
@@ -473,10 +474,14 @@ class Lease:
                     exc, verb, LEASE, self.name, self.namespace)) from exc
             raise
 
-    def acquire(self, timeout: float, sleep: Callable[[float], None] = time.sleep) -> None:
+    def acquire(self, timeout: float, sleep: Callable[[float], None] = time.sleep,
+                waiting: Callable[[str], None] = lambda _text: None) -> None:
+        """Take the Lease, waiting up to `timeout` for its holder (told to `waiting` at once
+        and every WAIT_NOTICE seconds)."""
         deadline = time.monotonic() + timeout
         seen: tuple[Any, ...] | None = None
         seen_at = time.monotonic()
+        notice = time.monotonic()
         while True:
             lease = self._call("get", lambda: self.cluster.get(LEASE, self.name,
                                                               self.namespace))
@@ -500,6 +505,11 @@ class Lease:
                     f"another unet run holds the Lease {self.namespace}/{self.name} on "
                     f"{self.cluster.label}: {holder} (renewed {spec.get('renewTime')}); "
                     f"waited {timeout:g} s — try again later or raise --lock-timeout")
+            if time.monotonic() >= notice:
+                waiting(f"waiting for the Lease {self.namespace}/{self.name} on "
+                        f"{self.cluster.label} held by {holder} (renewed "
+                        f"{spec.get('renewTime')}; up to {timeout:g} s)")
+                notice = time.monotonic() + WAIT_NOTICE
             sleep(min(0.25, max(0.01, deadline - time.monotonic())))
 
     def _create(self) -> bool:

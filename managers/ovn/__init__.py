@@ -128,5 +128,6 @@ class OvnManager(ManagerPlugin):
     def _applied_tag(self) -> str:
         return f"unet:applied:{self.installation}:{self.manager}"
 
-    def lock(self, timeout: float) -> contextlib.AbstractContextManager[None]:
-        return self.nb.lock(self.installation, timeout)
+    def lock(self, timeout: float, waiting: Callable[[str], None] = lambda _text: None
+             ) -> contextlib.AbstractContextManager[None]:
+        return self.nb.lock(self.installation, timeout, waiting)

@@ -97,12 +97,18 @@ class Fence:
         return found[0]["_uuid"][1], dict(found[0]["external_ids"][1])
 
     # -- the lock ---------------------------------------------------------------------------
-    def acquire(self, timeout: float) -> None:
-        """Take the lock (waiting up to `timeout`), name this run its holder, and start a
-        generation of this run's own."""
+    def acquire(self, timeout: float, waiting: Callable[[str], None] = lambda _text: None
+                ) -> None:
+        """Take the lock (waiting up to `timeout`, telling `waiting` who holds it), name
+        this run its holder, and start a generation of this run's own."""
         self.lock_timeout = timeout
+
+        def still_waiting() -> None:
+            holder = self.tags()[1].get(LOCK_HOLDER_TAG + self.name, "holder unknown")
+            waiting(f"waiting for the lock {self.name} held by {holder} (up to {timeout:g} s)")
+
         try:
-            granted = self.rpc.lock(self.name, timeout)
+            granted = self.rpc.lock(self.name, timeout, still_waiting)
         except ConnectionLost as exc:
             self.close()
             raise OvnError(f"cannot take the lock {self.name}: {exc}") from exc

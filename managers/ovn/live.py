@@ -237,10 +237,11 @@ class Northbound:
 
     # -- lock -------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def lock(self, installation: str, timeout: float) -> Iterator[None]:
+    def lock(self, installation: str, timeout: float,
+             waiting: Callable[[str], None] = lambda _text: None) -> Iterator[None]:
         """Hold the OVSDB named lock `unet_<installation>` for the duration."""
         fence = self.fence(installation)
-        fence.acquire(timeout)
+        fence.acquire(timeout, waiting)
         try:
             yield
         finally:

@@ -15,11 +15,13 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ovs import poller as ovs_poller
 from ovs import stream as ovs_stream
 
+from managers.base import WAIT_NOTICE
 from reconciler.heap import paused_collection
 
 DATABASE = "OVN_Northbound"
@@ -55,7 +57,7 @@ class Rpc:
         self.pending = bytearray()  # received, not yet decoded
         self.next_id = 0
         self.locks: set[str] = set()  # held on this connection now
-        self.busy = threading.Lock()  # one user of the stream at a time
+        self.busy = threading.RLock()  # one user of the stream at a time
         self.listener: threading.Thread | None = None
 
     def close(self) -> None:
@@ -77,26 +79,34 @@ class Rpc:
             raise ConnectionLost(f"unexpected reply {str(result)[:200]}")
         return result
 
-    def lock(self, name: str, seconds: float) -> bool:
-        """Ask for the lock `name` and wait up to `seconds` for the server to grant it.
-        When it is not granted in time, the request is withdrawn."""
+    def lock(self, name: str, seconds: float,
+             waiting: Callable[[], None] = lambda: None) -> bool:
+        """Ask for the lock `name` and wait up to `seconds` for the server to grant it,
+        calling `waiting` at once and every WAIT_NOTICE seconds until then. When it is not
+        granted in time, the request is withdrawn."""
         with self.busy:
             if self._request("lock", [name]).get("locked"):
                 self.locks.add(name)
-            granted = self._wait_for_lock(name, time.monotonic() + seconds)
+            granted = self._wait_for_lock(name, time.monotonic() + seconds, waiting)
         if granted and self.listener is None:
             self.listener = threading.Thread(target=self._listen, daemon=True,
                                              name=f"ovsdb-probes {self.remote}")
             self.listener.start()
         return granted
 
-    def _wait_for_lock(self, name: str, deadline: float) -> bool:
+    def _wait_for_lock(self, name: str, deadline: float, waiting: Callable[[], None]) -> bool:
+        notice = time.monotonic()
         while name not in self.locks:
-            message = self._receive(until=deadline)
-            if message is None:
+            if time.monotonic() >= notice:
+                waiting()  # may ask the server who holds it: its reply comes first
+                notice = time.monotonic() + WAIT_NOTICE
+                continue
+            message = self._receive(until=min(deadline, notice))
+            if message is not None:
+                self._handle(message)
+            elif time.monotonic() >= deadline:
                 self._request("unlock", [name])  # stop waiting in the server's queue
                 return False
-            self._handle(message)
         return True
 
     def unlock(self, name: str) -> None:
