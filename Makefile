@@ -23,7 +23,7 @@ test: setup
 bench: setup
 	@$(BIN)/python -c "import check_jsonschema, pyinstrument" 2>/dev/null || \
 		$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,bench]'
-	$(BIN)/python -m reconciler.bench $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
 
 schemas: setup
 	$(BIN)/unet schema

@@ -110,13 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo_arguments(network_class)
     network_class.set_defaults(func=_cmd_show_network_class)
 
-    bench = commands_.add_parser("bench")  # for developers; not in the main help
-    bench_what = bench.add_subparsers(dest="what", required=True, parser_class=_Parser)
-    generate = bench_what.add_parser("generate", help="write a synthetic network repo")
-    generate.add_argument("--tenants", type=int, required=True)
-    generate.add_argument("dir", type=Path)
-    generate.set_defaults(func=_cmd_bench_generate)
-    commands_._choices_actions = [a for a in commands_._choices_actions if a.dest != "bench"]
     return parser
 
 
@@ -222,14 +215,6 @@ def _cmd_show_network_class(args: argparse.Namespace) -> int:
                                                    len(result.documents)), sys.stdout)
         return EXIT_ERROR
     print(f"  capabilities:  {', '.join(sorted(caps))}")
-    return EXIT_OK
-
-
-def _cmd_bench_generate(args: argparse.Namespace) -> int:
-    from .bench import generate_repo
-
-    count = generate_repo(args.dir, args.tenants)
-    print(f"wrote {args.tenants} tenants ({count} manifests) to {args.dir}")
     return EXIT_OK
 
 

@@ -54,7 +54,7 @@ BENCH_TENANTS = 100
 
 @pytest.fixture(scope="session")
 def bench_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from reconciler.bench import generate_repo
+    from benchmarks.generate import generate_repo
 
     target = tmp_path_factory.mktemp("bench") / "repo"
     generate_repo(target, BENCH_TENANTS)

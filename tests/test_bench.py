@@ -1,4 +1,4 @@
-"""The benchmark harness (reconciler/bench.py) on a tiny installation: every stage runs
+"""The benchmark harness (benchmarks/bench.py) on a tiny installation: every stage runs
 clean, the pull request plans changes, the drift is repaired, and the ovn-nbctl script
 loads exactly the rows unet applies (unet plans no change after it)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reconciler import bench
+from benchmarks import bench, generate
 from reconciler.validate import validate_repo
 
 from .ovnlab import require_ovn
@@ -15,10 +15,10 @@ from .ovnlab import require_ovn
 
 def test_pull_request_branch_is_valid_and_changes_one_tenant(tmp_path: Path) -> None:
     repo, _live, meta = bench.prepared_repo(tmp_path, 2)
-    head = validate_repo(repo, bench.PR_BRANCH)
+    head = validate_repo(repo, generate.PR_BRANCH)
     assert head.ok, [d.to_json() for d in head.diagnostics if d.is_error]
     assert len(head.documents) == meta["manifests"] + 1  # one ComputeInstance more
-    assert sorted(bench.pr_change()) == ["tenants/tenant-00001/compute.yaml",
+    assert sorted(generate.pr_change()) == ["tenants/tenant-00001/compute.yaml",
                                          "tenants/tenant-00001/security-groups.yaml"]
 
 

@@ -109,7 +109,7 @@ def test_saved_plan_shows_the_same(repo: Path, capsys: pytest.CaptureFixture[str
 
 
 def write_many_instances(root: Path, tenants: int) -> None:
-    """A big valid repo without reconciler.bench: the example's provider, many tenants."""
+    """A big valid repo without the benchmark generator: the example's provider, many tenants."""
     shutil.copytree(EXAMPLE / "provider", root / "provider",
                     ignore=shutil.ignore_patterns("tenants"))
     shutil.copy(EXAMPLE / "unet.yaml", root / "unet.yaml")
@@ -134,7 +134,7 @@ def test_markdown_of_a_huge_plan_fits_a_pr_comment(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "big"
     try:
-        from reconciler.bench import generate_repo
+        from benchmarks.generate import generate_repo
     except ImportError:
         write_many_instances(root, 200)
     else:

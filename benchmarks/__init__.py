@@ -1,0 +1,1 @@
+"""The benchmark and its synthetic repos: tooling of this repository, not shipped with unet."""
