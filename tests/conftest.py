@@ -27,7 +27,7 @@ def example_copy(tmp_path: Path) -> Path:
 @pytest.fixture
 def lab(tmp_path: Path):
     """A running OVN control plane (NB, SB, northd) for one test."""
-    from .ovnlab import OvnLab
+    from .support.ovnlab import OvnLab
 
     with OvnLab(tmp_path / "ovn") as running:
         yield running
@@ -64,7 +64,7 @@ def bench_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def bench_desired(bench_template: Path) -> dict[str, set[str]]:
     """Per table, the keys of the rows the bench repo needs (rendered without a backend)."""
-    from .ovnrun import desired_keys
+    from .support.ovnrun import desired_keys
 
     return desired_keys(bench_template)
 

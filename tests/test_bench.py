@@ -10,7 +10,7 @@ from pathlib import Path
 from benchmarks import bench, generate
 from reconciler.validate import validate_repo
 
-from .ovnlab import require_ovn
+from .support.ovnlab import require_ovn
 
 
 def test_pull_request_branch_is_valid_and_changes_one_tenant(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from managers.ovn.live import Northbound
 from reconciler.reconcile import Run, markdown_report, parse_duration
 
 from .conftest import ROOT
-from .gitops import add_instance, break_repo, commit_all, git, ovn_only_repo, set_mode
+from .support.gitops import add_instance, break_repo, commit_all, git, ovn_only_repo, set_mode
 
 LSP = "unet.acme.vm.web-1.0"
 TIMEOUT = 60  # seconds for anything the daemon should do within a few intervals

@@ -16,7 +16,7 @@ import pytest
 
 from managers.ovn.embedded import EmbeddedNorthbound
 
-from .gitops import (
+from .support.gitops import (
     PROJECT_WORKFLOWS,
     VENV_BIN,
     WORKFLOWS,

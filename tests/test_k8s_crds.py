@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from managers.kubernetes import validate
 from managers.kubernetes.live import LABEL_INSTALLATION, to_backend, to_body
 from managers.kubernetes.render import RenderError
 from reconciler.diff import diff
@@ -26,6 +25,7 @@ from reconciler.pipeline import render_desired
 from reconciler.validate import validate_repo
 
 from .conftest import EXAMPLE
+from .support import crds as validate
 from .test_plan_golden import copy_example, edit_docs, find_doc, validated
 
 FIXTURES = Path(__file__).resolve().parent / "k8s_fixtures" / "responses"

@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 import yaml
 
-from managers.kubernetes.validate import crd_dir
 from reconciler.cli import main
 
 from .k8s_fixtures.server import refused_url
+from .support.crds import crd_dir
 from .test_plan_golden import copy_example, edit_docs, edit_text, find_doc
 
 KUBECONFIG = os.environ.get("UNET_TEST_KUBECONFIG")

@@ -24,8 +24,8 @@ from typing import Any
 from reconciler.processes import process_alive
 
 from .conftest import use_northbound
-from .ovnlab import NB_SCHEMA, OvnLab
-from .ovnrun import (
+from .support.ovnlab import NB_SCHEMA, OvnLab
+from .support.ovnrun import (
     INSTALLATION,
     TABLES,
     add_instance,

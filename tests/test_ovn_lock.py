@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from .conftest import use_northbound
-from .ovnlab import OvnLab
-from .ovnrun import (
+from .support.ovnlab import OvnLab
+from .support.ovnrun import (
     apply,
     assert_consistent,
     desired_keys,
@@ -33,8 +33,8 @@ from .ovnrun import (
     unet_env,
     wait_for_text,
 )
+from .support.unixproxy import UnixProxy
 from .test_plan_golden import edit_text
-from .unixproxy import UnixProxy
 
 LAST_TENANT_GROUPS = "tenants/tenant-00100/security-groups.yaml"
 

@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .chassis import Chassis, Lease, Vm
 from .conftest import EXAMPLE, use_northbound
-from .ovnlab import OvnLab
+from .support.chassis import Chassis, Lease, Vm
+from .support.ovnlab import OvnLab
 
 CONNECT_TIMEOUT = 2.0
 

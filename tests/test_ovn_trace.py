@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from .conftest import EXAMPLE, use_northbound
-from .ovnlab import OvnLab
+from .support.ovnlab import OvnLab
 
 OUTSIDE = "198.18.0.1"  # RFC 2544 benchmarking space: "somewhere on the Internet"
 OFFICE = "192.0.2.10"  # inside 192.0.2.0/24, the example's office / DR site

@@ -22,9 +22,9 @@ import yaml
 
 from reconciler.validate import validate_repo
 
-from .gitops import commit_all, git
-from .ovnlab import OvnLab
-from .ovnrun import (
+from .support.gitops import commit_all, git
+from .support.ovnlab import OvnLab
+from .support.ovnrun import (
     TABLES,
     apply,
     dump,

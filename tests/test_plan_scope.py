@@ -21,7 +21,7 @@ from reconciler.plan import plan_to_json
 from reconciler.validate import ParsedFiles, validate_repo
 
 from .conftest import EXAMPLE
-from .gitops import commit_all, git
+from .support.gitops import commit_all, git
 
 
 def _add_vm(repo: Path) -> None:

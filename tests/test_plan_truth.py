@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from reconciler.cli import main
 
 from .conftest import EXAMPLE
-from .ovnlab import NB_SCHEMA, OvnLab
-from .ovnrun import apply, plan, row_named, rows, unet
+from .support.ovnlab import NB_SCHEMA, OvnLab
+from .support.ovnrun import apply, plan, row_named, rows, unet
 from .test_plan_golden import edit_text
 from .test_plan_props import EDITS, EXAMPLE_FILES, validate_memory, write_layout
 

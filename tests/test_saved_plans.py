@@ -18,8 +18,8 @@ import pytest
 
 from reconciler.plan_io import document_text, plan_digest
 
-from .ovnlab import OvnLab
-from .ovnrun import add_instance, apply, dump, plan, unet
+from .support.ovnlab import OvnLab
+from .support.ovnrun import add_instance, apply, dump, plan, unet
 from .test_plan_golden import edit_text
 
 

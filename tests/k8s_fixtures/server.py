@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-from managers.kubernetes.validate import load_crds, validate_object
+from ..support.crds import load_crds, validate_object
 
 RESPONSES = Path(__file__).resolve().parent / "responses"
 TOKEN = "contract-test-token"
@@ -311,7 +311,7 @@ class FakeCluster:
         """What the live tests read before they start: CRDs and namespaces."""
         prefix = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
         if path.startswith(prefix):
-            from managers.kubernetes.validate import crd_dir
+            from ..support.crds import crd_dir
 
             name = path[len(prefix):]
             for file in crd_dir().glob("*.yaml"):

@@ -14,7 +14,8 @@ Three layers, as the API server applies them to a custom resource:
 
 The CRDs are read from the upstream copies shipped in `managers/kubernetes/crds/`
 (byte-for-byte, see SOURCES.md there), or from the folder `UNET_CRD_DIR` names. This
-module is used by the tests and by the contract-test API server; cel-python is a test dependency.
+module is used by the tests and by the contract-test API server; cel-python is a test
+dependency: none of this ships with unet.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import jsonschema
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CRD_DIR = Path(__file__).resolve().parent / "crds"
+DEFAULT_CRD_DIR = REPO_ROOT / "managers" / "kubernetes" / "crds"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

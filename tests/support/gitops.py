@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from .conftest import EXAMPLE, ROOT
+from ..conftest import EXAMPLE, ROOT
 
 WORKFLOWS = EXAMPLE / ".github" / "workflows"
 PROJECT_WORKFLOWS = ROOT / ".github" / "workflows"

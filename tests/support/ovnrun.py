@@ -23,7 +23,7 @@ from typing import Any
 
 from reconciler.processes import process_alive
 
-from .conftest import ROOT
+from ..conftest import ROOT
 from .ovnlab import NB_SCHEMA, OvnLab
 
 INSTALLATION = "example"
