@@ -74,15 +74,14 @@ def observe_all(managers: dict[str, Any]) -> list[BackendObject]:
     return objects
 
 
-def execute(plan_changes: list[Change], waves: list[list[str]], managers: dict[str, Any],
+def execute(plan_changes: list[Change], waves: list[list[Step]], managers: dict[str, Any],
             progress: ProgressFactory) -> ApplyResult:
     """Apply the steps of every manager, wave by wave; then confirm by observing again."""
     started = time.monotonic()
     result = ApplyResult()
     changes = {c.uid: c for c in plan_changes}
     for name in sorted(managers):
-        steps = [[_step(s) for s in wave if s.split(" ", 1)[1].startswith(f"{name}:")]
-                 for wave in waves]
+        steps = [[step for step in wave if step.manager == name] for wave in waves]
         steps = [wave for wave in steps if wave]
         for index, wave in enumerate(steps):
             report = progress(name, index + 1, len(steps), len(wave))
@@ -115,11 +114,6 @@ def confirm(plan_changes: list[Change], observed: list[BackendObject]) -> list[s
         deltas = diff(wanted, {uid: now[uid] for uid in wanted})
     out += [f"{delta.uid}: {delta.reason}" for delta in deltas if delta.actions != (NOOP,)]
     return out
-
-
-def _step(text: str) -> Step:
-    action, uid = text.split(" ", 1)
-    return Step(action, uid)
 
 
 def check_appliable(document: dict[str, Any]) -> None:

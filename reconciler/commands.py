@@ -21,8 +21,15 @@ from .apply import (
 )
 from .model import Model
 from .pipeline import allocation_readers, managers_of, plan_between, plan_live
-from .plan import Plan, plan_to_json, restrict_to
-from .plan_io import DIGEST_FIELD, PlanFormatError, document_text, dumps, read_plan
+from .plan import Plan, restrict_to
+from .plan_io import (
+    DIGEST_FIELD,
+    PlanFormatError,
+    document_text,
+    dumps,
+    plan_to_json,
+    read_plan,
+)
 from .plan_render import render_markdown, render_text
 from .progress import Progress
 from .report import render_human, summarize, use_colour

@@ -341,10 +341,16 @@ class BaremetalAttachment(NetworkAttachment):
     interface: str | None = Field(default=None, description="An interface of the HostType")
 
 
-_ATTACHMENT_IMMUTABLE = tuple(
-    f"spec.networkAttachments.*.{name}"
-    for name in ("subnet", "ipAddress", "ipv6Address", "macAddress")
-)
+#: An attachment's immutable fields: changing one replaces the workload's port.
+ATTACHMENT_IMMUTABLE = (("subnet", "subnet"), ("ipAddress", "ip_address"),
+                        ("ipv6Address", "ipv6_address"), ("macAddress", "mac_address"))
+_ATTACHMENT_IMMUTABLE = tuple(f"spec.networkAttachments.*.{name}"
+                              for name, _attribute in ATTACHMENT_IMMUTABLE)
+
+
+def attachment_identity(attachment: NetworkAttachment) -> list[Any]:
+    """The values of one attachment's immutable fields, in order: its port's identity."""
+    return [getattr(attachment, attribute) for _name, attribute in ATTACHMENT_IMMUTABLE]
 
 
 class ComputeInstanceSpec(_Model):

@@ -112,6 +112,13 @@ class BackendObject:
         return self._hash[0]
 
 
+def immutable_tag(values: Any) -> str:
+    """The TAG_IMMUTABLE of a row: a hash of what may not change in place (its owner's
+    immutable fields, or the part of them the row stands for). The differ replaces a row
+    whose tag changes while its owner stays the same."""
+    return content_hash(values)
+
+
 def content_hash(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

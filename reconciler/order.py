@@ -21,7 +21,12 @@ class Step:
 
     @property
     def id(self) -> str:
+        """As plans write it: `create ovn:Logical_Switch/acme/web`."""
         return f"{self.action} {self.uid}"
+
+    @property
+    def manager(self) -> str:
+        return self.uid.split(":", 1)[0]
 
 
 class CycleError(Exception):

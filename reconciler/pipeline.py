@@ -25,7 +25,7 @@ from .objects import (
     TAG_PROTECTED,
     BackendObject,
     Held,
-    content_hash,
+    immutable_tag,
     index_objects,
     observed_allocations,
 )
@@ -135,7 +135,7 @@ def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
         if obj.owner not in tags:
             owner = owners.get(obj.owner)
             tags[obj.owner] = {} if owner is None else {
-                TAG_IMMUTABLE: content_hash(immutable_values(owner.obj)),
+                TAG_IMMUTABLE: immutable_tag(immutable_values(owner.obj)),
                 **({TAG_PROTECTED: "true"} if owner.obj.prevent_destroy else {})}
         meta = {**tags[obj.owner], **obj.meta}
         out.append(BackendObject(obj.manager, obj.table, obj.key, obj.owner, obj.fields,

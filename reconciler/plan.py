@@ -1,4 +1,4 @@
-"""The plan: one structure, saved as versioned JSON, rendered as text and Markdown.
+"""The plan: one structure (its JSON is plan_io.py's, its text and Markdown plan_render.py's).
 
 A plan lists every resource (no-ops included) with its action list and reason,
 the backend changes under it, separate drift entries, the waves, counts, the
@@ -13,11 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__
 from .diagnostics import Diagnostic
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change
 from .objects import TAG_EXPOSURE, TAG_HASH, TAG_PROTECTED, BackendObject, content_hash
-from .order import order
+from .order import Step, order
 
 FORMAT_VERSION = "1.1"
 SUPPORTED_MAJOR = 1
@@ -59,7 +58,7 @@ class Plan:
     observed: list[BackendObject]  # for the fingerprint, computed when asked for
     resources: list[ResourcePlan]
     changes: list[Change]
-    waves: list[list[str]]
+    waves: list[list[Step]]
     diagnostics: list[Diagnostic]
     exposure: dict[str, list[dict[str, str]]]
     drift_ids: set[str] = field(default_factory=set)
@@ -136,7 +135,7 @@ def _edited(change: Change) -> bool:
 def build_plan(mode: str, installation: str, inputs: dict[str, Any], changes: list[Change],
                observed: list[BackendObject], resources: list[ResourcePlan],
                diagnostics: list[Diagnostic], repo_unchanged: bool = False) -> Plan:
-    waves = [[step.id for step in wave] for wave in order(changes)]
+    waves = order(changes)
     drift = drift_of(changes, repo_unchanged) if mode == "live" else set()
     return Plan(mode, installation, inputs, observed, resources, changes, waves,
                 diagnostics, exposure_of(changes), drift)
@@ -154,7 +153,7 @@ def restrict_to(plan: Plan, keep: set[str]) -> Plan:
     owners = group_by_owner(changes)
     resources = [ResourcePlan(address, *resource_actions(rows), rows)
                  for address, rows in sorted(owners.items())]
-    waves = [[step.id for step in wave] for wave in order(changes)]
+    waves = order(changes)
     return Plan(plan.mode, plan.installation, {**plan.inputs, "refresh_only": True},
                 plan.observed, resources, changes, waves, plan.diagnostics,
                 exposure_of(changes), keep & {c.uid for c in changes}, plan.desired_digests,
@@ -244,84 +243,3 @@ def _nat_exposure(out: dict[str, list[dict[str, str]]], change: Change,
         out[added].append(entry(after))
     if changed and before is not None:
         out[removed].append(entry(before))
-
-
-# --- JSON -----------------------------------------------------------------------------------
-
-
-def plan_to_json(plan: Plan) -> dict[str, Any]:
-    wave_of = {step: index for index, wave in enumerate(plan.waves) for step in wave}
-    return {
-        "format_version": FORMAT_VERSION,
-        "unet_version": __version__,
-        "mode": plan.mode,
-        "installation": plan.installation,
-        "inputs": plan.inputs,
-        "observed_fingerprint": plan.fingerprint,
-        "counts": plan.counts,
-        "row_counts": plan.row_counts,
-        "has_changes": plan.has_changes,
-        "valid": plan.ok,
-        "diagnostics": [d.to_json() for d in sorted(plan.diagnostics, key=Diagnostic.sort_key)],
-        "exposure": plan.exposure,
-        "resources": [_resource_json(r) for r in plan.resources],
-        "backend_changes": [_change_json(c, wave_of, c.uid in plan.drift_ids)
-                            for c in plan.changes],
-        "drift": sorted(plan.drift_ids),
-        "waves": [{"index": i, "steps": wave} for i, wave in enumerate(plan.waves)],
-        "desired_digests": plan.desired_digests,
-        "managers": plan.managers,
-    }
-
-
-def _resource_json(resource: ResourcePlan) -> dict[str, Any]:
-    return {
-        "address": resource.address,
-        "actions": list(resource.actions),
-        "reason": resource.reason,
-        "replaced_by_fields": resource.fields,
-        "backend_changes": [c.uid for c in resource.changes],
-    }
-
-
-def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[str, Any]:
-    obj = change.obj
-    if change.actions == (NOOP,):  # most rows of a large plan: listed, not repeated
-        return {"id": change.uid, "manager": obj.manager, "table": obj.table, "key": obj.key,
-                "owner": obj.owner, "actions": [NOOP], "reason": change.reason,
-                "before": None, "after": None, "changes": [], "forces_replacement": [],
-                "unknown": [], "drift": drift, "waves": []}
-    waves = sorted({wave_of[f"{a} {change.uid}"] for a in change.actions
-                    if f"{a} {change.uid}" in wave_of})
-    return {
-        "id": change.uid,
-        "manager": obj.manager,
-        "table": obj.table,
-        "key": obj.key,
-        "owner": obj.owner,
-        "actions": list(change.actions),
-        "reason": change.reason,
-        "before": _object_json(change.before),
-        "after": _object_json(change.after),
-        "changes": [{"path": f.path, "before": f.before, "after": f.after}
-                    for f in change.fields],
-        "forces_replacement": list(change.forces),
-        "unknown": sorted(change.after.unknown) if change.after else [],
-        "drift": drift,
-        "waves": waves,
-    }
-
-
-def _object_json(obj: BackendObject | None) -> dict[str, Any] | None:
-    if obj is None:
-        return None
-    out = {
-        "fields": dict(obj.fields),
-        "refs": {k: list(v) for k, v in obj.refs.items()},
-        "parent": list(obj.parent) if obj.parent else None,
-        "meta": dict(obj.meta),
-        "unknown": sorted(obj.unknown),
-    }
-    if obj.holds:
-        out["holds"] = list(obj.holds)
-    return out

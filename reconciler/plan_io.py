@@ -1,5 +1,6 @@
-"""Saved plans: the file (the plan's JSON document plus a digest of its own content), and
-its reader, which refuses anything unet did not write.
+"""The plan as JSON, both ways: its document (`plan_to_json`), the file `unet plan -o` saves
+(the document plus a digest of its own content) and its reader, which refuses anything unet
+did not write.
 
 The digest only tells a file changed after unet wrote it; it is no signature. What
 binds a saved plan to the repo and the backends is `unet apply FILE` planning again
@@ -16,16 +17,100 @@ from typing import Any
 
 import fastjsonschema
 
-from .diff import Change, FieldChange
+from . import __version__
+from .diagnostics import Diagnostic
+from .diff import NOOP, Change, FieldChange
 from .errors import UnetError
 from .objects import BackendObject
-from .plan import SUPPORTED_MAJOR, Plan, plan_to_json
+from .plan import FORMAT_VERSION, SUPPORTED_MAJOR, Plan, ResourcePlan
 
 DIGEST_FIELD = "plan_digest"
 
 
 class PlanFormatError(UnetError):
     """A file that is not a plan this version of unet wrote, or can read."""
+
+
+# --- the document --------------------------------------------------------------------------
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    wave_of = {step.id: index for index, wave in enumerate(plan.waves) for step in wave}
+    return {
+        "format_version": FORMAT_VERSION,
+        "unet_version": __version__,
+        "mode": plan.mode,
+        "installation": plan.installation,
+        "inputs": plan.inputs,
+        "observed_fingerprint": plan.fingerprint,
+        "counts": plan.counts,
+        "row_counts": plan.row_counts,
+        "has_changes": plan.has_changes,
+        "valid": plan.ok,
+        "diagnostics": [d.to_json() for d in sorted(plan.diagnostics, key=Diagnostic.sort_key)],
+        "exposure": plan.exposure,
+        "resources": [_resource_json(r) for r in plan.resources],
+        "backend_changes": [_change_json(c, wave_of, c.uid in plan.drift_ids)
+                            for c in plan.changes],
+        "drift": sorted(plan.drift_ids),
+        "waves": [{"index": i, "steps": [step.id for step in wave]}
+                  for i, wave in enumerate(plan.waves)],
+        "desired_digests": plan.desired_digests,
+        "managers": plan.managers,
+    }
+
+
+def _resource_json(resource: ResourcePlan) -> dict[str, Any]:
+    return {
+        "address": resource.address,
+        "actions": list(resource.actions),
+        "reason": resource.reason,
+        "replaced_by_fields": resource.fields,
+        "backend_changes": [c.uid for c in resource.changes],
+    }
+
+
+def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[str, Any]:
+    obj = change.obj
+    if change.actions == (NOOP,):  # most rows of a large plan: listed, not repeated
+        return {"id": change.uid, "manager": obj.manager, "table": obj.table, "key": obj.key,
+                "owner": obj.owner, "actions": [NOOP], "reason": change.reason,
+                "before": None, "after": None, "changes": [], "forces_replacement": [],
+                "unknown": [], "drift": drift, "waves": []}
+    waves = sorted({wave_of[f"{a} {change.uid}"] for a in change.actions
+                    if f"{a} {change.uid}" in wave_of})
+    return {
+        "id": change.uid,
+        "manager": obj.manager,
+        "table": obj.table,
+        "key": obj.key,
+        "owner": obj.owner,
+        "actions": list(change.actions),
+        "reason": change.reason,
+        "before": _object_json(change.before),
+        "after": _object_json(change.after),
+        "changes": [{"path": f.path, "before": f.before, "after": f.after}
+                    for f in change.fields],
+        "forces_replacement": list(change.forces),
+        "unknown": sorted(change.after.unknown) if change.after else [],
+        "drift": drift,
+        "waves": waves,
+    }
+
+
+def _object_json(obj: BackendObject | None) -> dict[str, Any] | None:
+    if obj is None:
+        return None
+    out = {
+        "fields": dict(obj.fields),
+        "refs": {k: list(v) for k, v in obj.refs.items()},
+        "parent": list(obj.parent) if obj.parent else None,
+        "meta": dict(obj.meta),
+        "unknown": sorted(obj.unknown),
+    }
+    if obj.holds:
+        out["holds"] = list(obj.holds)
+    return out
 
 
 def plan_digest(document: dict[str, Any]) -> str:

@@ -169,7 +169,7 @@ class Reconciler:
     @property
     def last_plan(self) -> dict[str, Any] | None:
         """The last run's plan as JSON (built only when asked: large, and rarely needed)."""
-        from .plan import plan_to_json
+        from .plan_io import plan_to_json
 
         if self._last_plan is not None and self._last_plan_json is None:
             self._last_plan_json = plan_to_json(self._last_plan)

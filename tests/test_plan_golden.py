@@ -27,7 +27,8 @@ import pytest
 import yaml
 
 from reconciler.pipeline import plan_between, render_desired
-from reconciler.plan import Plan, plan_to_json
+from reconciler.plan import Plan
+from reconciler.plan_io import plan_to_json
 from reconciler.validate import Validation, validate_repo
 
 from .conftest import EXAMPLE

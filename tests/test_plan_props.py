@@ -330,8 +330,8 @@ def apply_plan(plan: Plan, observed: Iterable[BackendObject]) -> dict[str, Backe
     wave_of: dict[str, int] = {}
     for index, wave in enumerate(plan.waves):
         before = dict(state)
-        deleted = {step.split(" ", 1)[1] for step in wave if step.startswith(DELETE)}
-        for step in wave:
+        deleted = {step.uid for step in wave if step.action == DELETE}
+        for step in (s.id for s in wave):
             action, uid = step.split(" ", 1)
             assert step not in wave_of, f"{step} appears twice"
             wave_of[step] = index

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from reconciler.pipeline import changed_tenants, plan_between
-from reconciler.plan import plan_to_json
+from reconciler.plan_io import plan_to_json
 from reconciler.validate import ParsedFiles, validate_repo
 
 from .conftest import EXAMPLE

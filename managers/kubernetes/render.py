@@ -20,7 +20,7 @@ from reconciler.allocate import Allocations, segment_key
 from reconciler.errors import UnetError
 from reconciler.model import Model
 from reconciler.models import immutable_values
-from reconciler.objects import TAG_ALLOCATION, TAG_IMMUTABLE, BackendObject, content_hash
+from reconciler.objects import TAG_ALLOCATION, TAG_IMMUTABLE, BackendObject, immutable_tag
 from reconciler.schema import Manifest
 
 MAX_EXCLUDE_SUBNETS = 25  # the CUDN CRD's maxItems
@@ -78,7 +78,7 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
             meta[TAG_ALLOCATION + segment_key(subnet.tenant, subnet.name)] = segment.value
     label = config.get("namespaceLabel", "network.osac.io/tenant")
     network = {"topology": "Localnet", "localnet": localnet}
-    meta[TAG_IMMUTABLE] = content_hash({"owner": immutable_values(subnet.obj),
+    meta[TAG_IMMUTABLE] = immutable_tag({"owner": immutable_values(subnet.obj),
                                         "network": network})
     objects = [BackendObject(manager, "ClusterUserDefinedNetwork",
                              f"{cluster}/ClusterUserDefinedNetwork/{name}", subnet.ref, {

@@ -28,6 +28,7 @@ from reconciler.allocate import (
 from reconciler.allocate import derived_mac as _derived_mac
 from reconciler.check.security import rule_families
 from reconciler.model import Model
+from reconciler.models import attachment_identity
 from reconciler.objects import (
     TAG_ALLOCATION,
     TAG_EXPOSURE,
@@ -35,6 +36,7 @@ from reconciler.objects import (
     UNKNOWN,
     BackendObject,
     content_hash,
+    immutable_tag,
 )
 from reconciler.schema import Manifest
 
@@ -356,8 +358,7 @@ class _Renderer:
         for index, attachment in enumerate(workload.obj.spec.network_attachments):
             port = port_key(workload, index)
             spaces = self.model.subnet_spaces(t, attachment.subnet)
-            identity = content_hash([attachment.subnet, attachment.ip_address,
-                                     attachment.ipv6_address, attachment.mac_address])
+            identity = immutable_tag(attachment_identity(attachment))
             # A cluster's VIPs come from its first subnet: recorded there, so they are
             # held in that subnet only.
             meta = {TAG_IMMUTABLE: identity, **self.recorded(
