@@ -1,17 +1,25 @@
-"""The manager contract (ARCHITECTURE.md, "Managers").
+"""The backend contract (ARCHITECTURE.md, "Managers").
 
-A plugin is a class registered under the entry-point group `unet.managers`. It
-declares its name, role, capabilities and config schema as class attributes,
-and is instantiated once per NetworkManager that uses it.
+A plugin is a `Manager` class registered under the entry-point group `unet.managers` and
+instantiated once per NetworkManager of a repo. A Manager is pure: its typed config, the
+backend objects it renders, and how people read them. `connect()` opens a `Session` to its
+backend: the session takes the lock, observes, applies and records what it applied. What a
+session observes comes back as an `Observation`, which the run hands to `apply()` again, so
+no state hides in the plugin and no call depends on another having been made first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+from reconciler.errors import UnetError
 from reconciler.models import Capability
 
 if TYPE_CHECKING:
@@ -21,86 +29,136 @@ if TYPE_CHECKING:
     from reconciler.objects import BackendObject
     from reconciler.order import Step
 
-
 #: Seconds between notices that a run still waits for another run's lock.
 WAIT_NOTICE = 10.0
 
+#: (wave number, waves, steps in it) → a callback for (done, total) as its steps are done.
+ProgressFactory = Callable[[int, int, int], Callable[[int, int], None]]
 
-class ManagerPlugin:
-    """Base of manager plugins."""
+
+class BackendLocked(UnetError):
+    """Another run held the backend's lock for longer than this run would wait."""
+
+
+class ManagerConfig(BaseModel):
+    """A plugin's `spec.config` of a NetworkManager. Plugins subclass it with their fields
+    (camelCase in manifests); its JSON Schema is the one the repo is validated against.
+    `${ENV}` values are resolved before it is built for a run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True,
+                              alias_generator=to_camel)
+
+
+@dataclass
+class Observation:
+    """What a session found in its backend: this installation's objects (`manager` set to
+    the NetworkManager's name), the digest it recorded after its last apply, and whatever
+    the plugin needs again to apply (subclasses add it)."""
+
+    objects: list[BackendObject]
+    applied_digest: str | None = None
+
+    def conflicts(self, desired: Sequence[BackendObject]) -> list[str]:
+        """Objects of others that stand where desired objects would go (never overwritten)."""
+        return []
+
+    def unmanaged(self) -> list[str]:
+        """Objects in the backend that are not this installation's, for reports only."""
+        return []
+
+
+@dataclass
+class ApplyOutcome:
+    """What an apply did: per action how many objects, which steps were done, and which
+    failed without stopping the others (uid → why), as a backend of independent parts
+    (hosting clusters) fails only the part that is down. Other failures raise."""
+
+    counts: dict[str, int] = field(default_factory=lambda: {"create": 0, "update": 0,
+                                                            "delete": 0})
+    done: set[str] = field(default_factory=set)
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+class Exposure(NamedTuple):
+    """What one backend object opens to the outside, for the plan's exposure summary.
+
+    kind "rule" (entry: `rule`), "ip" (an external address forwarded to a workload) or
+    "nat" (outbound address translation; entry for both: `address`, `target`).
+    """
+
+    kind: Literal["rule", "ip", "nat"]
+    entry: dict[str, str]
+
+
+class Session:
+    """One connection to a manager's backend, for one run."""
+
+    def lock(self, timeout: float, waiting: Callable[[str], None]
+             ) -> AbstractContextManager[None]:
+        """Hold the backend's own lock for the rest of the run; raise BackendLocked when
+        another run holds it longer than `timeout` seconds, and tell `waiting` meanwhile,
+        at once and every WAIT_NOTICE seconds, who holds it."""
+        raise NotImplementedError
+
+    def observe(self) -> Observation:
+        raise NotImplementedError
+
+    def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
+              changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
+        """Carry out the waves of steps (this manager's only), batched into as few backend
+        transactions as is safe, on the backend as `observation` found it."""
+        raise NotImplementedError
+
+    def record_applied(self, digest: str) -> None:
+        """Remember the digest of the desired state just applied (to tell drift later)."""
+
+    def report(self, changes: Sequence[Change], outcome: ApplyOutcome | None) -> list[str]:
+        """Lines for people about the backend, after a plan (no outcome) or an apply."""
+        return []
+
+
+class Manager:
+    """Base of manager plugins: one instance per NetworkManager that uses the plugin."""
 
     name: ClassVar[str]
     role: ClassVar[Literal["fabric", "k8s"]]
     capabilities: ClassVar[frozenset[Capability]]
-    #: JSON Schema of the NetworkManager's `spec.config` for this plugin.
-    config_schema: ClassVar[dict[str, Any]]
+    Config: ClassVar[type[ManagerConfig]] = ManagerConfig
     #: The config field naming the backend, when the plugin cannot tell its own objects from
     #: those of another NetworkManager of the installation in one backend: two managers of
     #: an installation may then not name the same one.
     backend_field: ClassVar[str | None] = None
 
-    def __init__(self, manager: str, config: dict[str, Any], installation: str) -> None:
+    def __init__(self, manager: str, config: ManagerConfig, installation: str) -> None:
         self.manager = manager  # the NetworkManager's name: the `manager` of every object
         self.config = config
         self.installation = installation
 
-    def connect(self, workdir: Path) -> AbstractContextManager[None]:
-        """Open what observe, apply and lock need (connections, an embedded server)."""
-        raise NotImplementedError
-
-    def conflicts(self, desired: list[BackendObject]) -> list[str]:
-        """Objects of others that stand where desired objects would go (never overwritten)."""
-        return []
+    @classmethod
+    def config_schema(cls) -> dict[str, Any]:
+        """JSON Schema of the NetworkManager's `spec.config` for this plugin."""
+        return cls.Config.model_json_schema(by_alias=True)
 
     def render(self, model: Model, allocations: Allocations) -> list[BackendObject]:
         """The backend objects the model needs from this manager. Pure: no I/O."""
         raise NotImplementedError
 
-    def observe(self) -> list[BackendObject]:
-        """This installation's objects in the backend, as they are now."""
-        raise NotImplementedError
+    def describe(self, obj: BackendObject) -> str:
+        """How people know one of its objects, in plans."""
+        name = obj.fields.get("name")
+        return f"{obj.table} {name if isinstance(name, str) else obj.key}"
 
-    def apply(self, waves: Sequence[Sequence[Step]], changes: dict[str, Change],
-              progress: Callable[[int, int], None]) -> dict[str, int]:
-        """Carry out the waves of steps, batched into as few transactions as is safe.
-
-        Returns how many objects were created, updated and deleted.
-        """
-        raise NotImplementedError
-
-    def failed_steps(self) -> dict[str, str]:
-        """Steps (uid → why) of the last apply that failed without stopping the others.
-
-        A manager whose backend has independent parts (the Kubernetes manager's hosting
-        clusters) fails only the steps of the part that is down and applies the rest;
-        the reconciler reports these and exits 1. Others raise instead.
-        """
-        return {}
-
-    def report(self, changes: Sequence[Change]) -> list[str]:
-        """Lines for people about the backends, shown after a plan and after an apply
-        (e.g. which hosting clusters are reachable and where each subnet is ready)."""
-        return []
-
-    def exposure(self, obj: BackendObject, model: Model) -> str | None:
+    def exposure(self, obj: BackendObject, model: Model) -> Exposure | None:
         """What `obj`, as it is (an observed object, drift included), opens to traffic from
-        outside its network, in the words of the plan's exposure summary; None: nothing."""
+        outside its network; None: nothing."""
         return None
 
-    def unmanaged(self) -> list[str]:
-        """Names of backend objects that are not this installation's (for reports only)."""
-        return []
-
-    def applied_digest(self) -> str | None:
-        """The digest of the desired state this manager last applied, if it keeps one."""
+    def physical_network(self) -> str | None:
+        """The physical network a k8s manager's hosting clusters bridge subnets onto (the
+        fabric gives each subnet a port there), if it has one."""
         return None
 
-    def record_applied(self, digest: str) -> None:
-        """Remember the digest of the desired state just applied (to tell drift later)."""
-
-    def lock(self, timeout: float, waiting: Callable[[str], None] = lambda _text: None
-             ) -> AbstractContextManager[None]:
-        """A lock held in the backend itself for the whole apply. While another run holds
-        it, `waiting` is told so (who holds it, since when) at once and every WAIT_NOTICE
-        seconds."""
+    def connect(self, workdir: Path) -> AbstractContextManager[Session]:
+        """Open a session to the backend (`workdir` holds local state, e.g. an embedded
+        server)."""
         raise NotImplementedError

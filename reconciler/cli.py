@@ -10,13 +10,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import commands, reconcile
+from . import heap
+from .daemon import cli as reconcile
 from .diagnostics import codes_markdown
-from .errors import UnetError
-from .heap import before_exit
+from .errors import EXIT_ERROR, EXIT_OK, UnetError
 from .load import DEFAULT_MAX_FILE_BYTES
-
-EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +39,16 @@ def _add_live_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only this NetworkManager (repeatable; default: all)")
     parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="how long to wait for another run's lock (default 60)")
+
+
+def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    """A command of commands.py, imported when it runs (`validate` needs none of it)."""
+    def run(args: argparse.Namespace) -> int:
+        from . import commands
+
+        return int(getattr(commands, name)(args))
+
+    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--show-unmanaged", action="store_true",
                       help="also list backend objects that are not this installation's")
     _add_live_arguments(plan)
-    plan.set_defaults(func=commands.plan)
+    plan.set_defaults(func=_command("plan"))
 
     apply = commands_.add_parser("apply", help="make the backends match the repo")
     apply.add_argument("target", nargs="?", default=Path("."), type=Path,
@@ -84,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--refresh-only", action="store_true",
                        help="only repair drift; leave repo changes for a normal apply")
     _add_live_arguments(apply)
-    apply.set_defaults(func=commands.apply)
+    apply.set_defaults(func=_command("apply"))
     reconcile.add_parser(commands_)
 
     schema = commands_.add_parser("schema", help="write the JSON Schemas of every kind")
@@ -103,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     saved = show_what.add_parser("plan", help="render a saved plan")
     saved.add_argument("file", type=Path)
     saved.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    saved.set_defaults(func=commands.show_plan)
+    saved.set_defaults(func=_command("show_plan"))
     network_class = show_what.add_parser("networkclass",
                                          help="a NetworkClass and its effective capabilities")
     network_class.add_argument("name")
@@ -113,25 +121,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _display_prefix(path: Path, base: Path) -> str:
-    rel = os.path.relpath(path.resolve(), base.resolve())
-    return "" if rel == "." else Path(rel).as_posix() + "/"
-
-
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .report import render_github, render_human, render_json, summarize, use_colour
+    from .report import (
+        display_prefix,
+        render_github,
+        render_human,
+        render_json,
+        summarize,
+        use_colour,
+    )
 
     diagnostics, files, documents = _validated(args)
     summary = summarize(diagnostics, files, documents)
     out = sys.stdout
     if args.format == "json":
-        render_json(diagnostics, summary, out, _display_prefix(args.path, Path.cwd()))
+        render_json(diagnostics, summary, out, display_prefix(args.path))
     elif args.format == "github":
         base = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd())
-        render_github(diagnostics, summary, out, _display_prefix(args.path, base),
+        render_github(diagnostics, summary, out, display_prefix(args.path, base),
                       os.environ.get("GITHUB_STEP_SUMMARY"))
     else:
-        render_human(diagnostics, summary, out, _display_prefix(args.path, Path.cwd()),
+        render_human(diagnostics, summary, out, display_prefix(args.path),
                      use_colour(out))
     return EXIT_ERROR if summary.errors else EXIT_OK
 
@@ -218,13 +228,20 @@ def _cmd_show_network_class(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def entry() -> None:
+    """The `unet` program: the process's garbage-collector policy (heap.py), then main."""
+    heap.switch_off()
+    try:
+        code = main()
+    finally:
+        heap.before_exit()
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
-    try:
-        return _run(func, args)
-    finally:
-        before_exit()
+    return _run(func, args)
 
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
@@ -249,4 +266,4 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

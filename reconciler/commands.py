@@ -3,49 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .apply import (
-    ApplyError,
-    ApplyResult,
-    StalePlan,
-    check_appliable,
-    execute,
-    observe_all,
-    session,
-)
-from .model import Model
-from .pipeline import allocation_readers, managers_of, plan_between, plan_live
-from .plan import Plan, restrict_to
-from .plan_io import (
-    DIGEST_FIELD,
-    PlanFormatError,
-    document_text,
-    dumps,
-    plan_to_json,
-    read_plan,
-)
+from . import engine
+from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
+from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from .pipeline import plan_between
+from .plan import Plan
+from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
 from .plan_render import render_markdown, render_text
 from .progress import Progress
-from .report import render_human, summarize, use_colour
+from .report import display_prefix, render_human, summarize, use_colour
 from .validate import ParsedFiles, Validation, revision_info, validate_repo
-
-EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
-
-
-def _display_prefix(path: Path) -> str:
-    rel = os.path.relpath(path.resolve(), Path.cwd().resolve())
-    return "" if rel == "." else Path(rel).as_posix() + "/"
 
 
 def _print_validation(result: Validation, path: Path) -> None:
     summary = summarize(result.diagnostics, result.files, len(result.documents))
-    render_human(result.diagnostics, summary, sys.stdout, _display_prefix(path),
+    render_human(result.diagnostics, summary, sys.stdout, display_prefix(path),
                  use_colour(sys.stdout))
 
 
@@ -74,39 +51,26 @@ def _validated_head(path: Path, rev: str | None, max_bytes: int,
 # --- plan -----------------------------------------------------------------------------------
 
 
-@dataclass
-class _Live:
-    """What a plan against the backends needs: the head and the managers that serve it."""
-
-    head: Validation
-    managers: dict[str, Any]
-    readers: dict[str, Any]  # observed only, for their allocations
-    inputs: dict[str, Any]
+def _options(args: argparse.Namespace) -> RunOptions:
+    return RunOptions(workdir=Path.cwd(), lock_timeout=args.lock_timeout, only=args.manager,
+                      refresh_only=args.refresh_only, progress=_progress)
 
 
-def _live(path: Path, rev: str | None, max_file_size: int, only: list[str] | None,
-          inputs: dict[str, Any] | None = None) -> _Live | None:
-    head = _validated_head(path, rev, max_file_size)
-    if head is None:
-        return None
-    model = Model(head.context)  # type: ignore[arg-type]
-    managers = managers_of(model, only, resolve=True)
-    return _Live(head, managers, allocation_readers(model, managers),
-                 inputs or {"head": revision_info(path, rev)})
+def _progress(manager: str) -> engine.ProgressFactory:
+    wave = Progress().wave
+    return lambda index, waves, steps: wave(manager, index, waves, steps)
 
 
 def plan(args: argparse.Namespace) -> int:
     if args.base is not None:
         return _plan_between(args)
-    live = _live(args.path, args.rev, args.max_file_size, args.manager)
-    if live is None:
+    head = _validated_head(args.path, args.rev, args.max_file_size)
+    if head is None:
         return EXIT_ERROR
-    managers = live.managers
-    with session(managers, Path.cwd(), args.lock_timeout, live.readers):
-        result = _plan_live(live.head, managers, live.inputs, args.refresh_only, live.readers)
-        unmanaged = _unmanaged(managers) if args.show_unmanaged else None
-        reports = _reports(managers, result.changes)
-    return _finish_plan(result, args, unmanaged, reports)
+    outcome = engine.run(head, {"head": revision_info(args.path, args.rev)}, _options(args))
+    assert outcome.plan is not None
+    unmanaged = outcome.unmanaged if args.show_unmanaged else None
+    return _finish_plan(outcome.plan, args, unmanaged, outcome.reports)
 
 
 def _plan_between(args: argparse.Namespace) -> int:
@@ -122,26 +86,6 @@ def _plan_between(args: argparse.Namespace) -> int:
     result = plan_between(base, head, inputs)
     result.diagnostics += [d for d in head.diagnostics if not d.is_error]
     return _finish_plan(result, args, None)
-
-
-def _plan_live(head: Validation, managers: dict[str, Any], inputs: dict[str, Any],
-               refresh_only: bool, readers: dict[str, Any] | None = None) -> Plan:
-    observed = observe_all(managers)
-    applied = {name: m.applied_digest() for name, m in managers.items()}
-    result = plan_live(head, managers, observed, inputs, applied,
-                       observe_all(readers or {}))
-    result.diagnostics += [d for d in head.diagnostics if not d.is_error]
-    return restrict_to(result, result.drift_ids) if refresh_only else result
-
-
-def _unmanaged(managers: dict[str, Any]) -> dict[str, list[str]]:
-    return {name: m.unmanaged() for name, m in sorted(managers.items())}
-
-
-def _reports(managers: dict[str, Any], changes: list[Any]) -> dict[str, list[str]]:
-    """What the managers say about their backends (e.g. per-cluster readiness)."""
-    out = {name: m.report(changes) for name, m in sorted(managers.items())}
-    return {name: lines for name, lines in out.items() if lines}
 
 
 def _print_reports(reports: dict[str, list[str]], markdown: bool = False) -> None:
@@ -214,26 +158,17 @@ def apply(args: argparse.Namespace) -> int:
 
 
 def _apply_repo(args: argparse.Namespace) -> int:
-    live = _live(args.target, args.rev, args.max_file_size, args.manager)
-    if live is None:
+    head = _validated_head(args.target, args.rev, args.max_file_size)
+    if head is None:
         return EXIT_ERROR
-    managers = live.managers
-    with session(managers, Path.cwd(), args.lock_timeout, live.readers):
-        result = _plan_live(live.head, managers, live.inputs, args.refresh_only, live.readers)
-        document = plan_to_json(result)
-        print_plan(document, "text")
-        _print_reports(_reports(managers, result.changes))
-        if not result.ok:
-            print("unet: the plan has errors; nothing was applied", file=sys.stderr)
-            return EXIT_ERROR
-        if not result.has_changes:
-            _record(managers, result.desired_digests)
-            return EXIT_OK
-        if not _confirmed(args.auto_approve):
-            print("unet: apply cancelled; nothing was changed", file=sys.stderr)
-            return EXIT_ERROR
-        outcome = execute(result.changes, result.waves, managers, Progress().wave)
-        return _report(outcome, managers, result.desired_digests, result.changes)
+
+    def gate(plan: Plan, reports: Reports) -> Plan | None:
+        print_plan(plan_to_json(plan), "text")
+        _print_reports(reports)
+        return _approved(plan, args.auto_approve)
+
+    inputs = {"head": revision_info(args.target, args.rev)}
+    return _applied(engine.run(head, inputs, _options(args), gate))
 
 
 def _apply_saved(args: argparse.Namespace) -> int:
@@ -242,62 +177,44 @@ def _apply_saved(args: argparse.Namespace) -> int:
     document = _load_plan(args.target)
     check_appliable(document)
     inputs = document["inputs"]
-    head = inputs["head"]
-    path = Path(head["path"])
+    head_info = inputs["head"]
+    path = Path(head_info["path"])
     if not path.is_dir():
         raise ApplyError(f"the plan was made from the repo at {path}, which is not here; "
                          "apply it from the folder it was made in")
-    rev = head.get("commit") if head.get("rev") else None
-    live = _live(path, rev, args.max_file_size, sorted(document["managers"]), inputs)
-    if live is None:
+    rev = head_info.get("commit") if head_info.get("rev") else None
+    head = _validated_head(path, rev, args.max_file_size)
+    if head is None:
         return EXIT_ERROR
-    managers = live.managers
-    with session(managers, Path.cwd(), args.lock_timeout, live.readers):
-        result = _plan_live(live.head, managers, inputs, bool(inputs.get("refresh_only")),
-                            live.readers)
-        if result.fingerprint != document["observed_fingerprint"]:
-            raise StalePlan("STALE_PLAN: the backends changed since the plan was made (its "
-                            "observed-state fingerprint no longer matches); nothing was "
-                            "applied. Make a new plan and apply that")
-        fresh = plan_to_json(result)
-        if not result.ok:
-            print_plan(fresh, "text")
+    where = f"{path}" + (f" at {head_info['commit'][:12]}" if rev else "")
+
+    def gate(plan: Plan, reports: Reports) -> Plan | None:
+        fresh = check_same(document, plan, f"{args.target} is not the plan that the repo "
+                                           f"at {where} gives against the backends now")
+        print_plan(fresh, "text")  # the plan made now: what is shown is what is applied
+        if not plan.ok:
             print("unet: planned again, the saved plan has errors now; nothing was applied",
                   file=sys.stderr)
-            return EXIT_ERROR
-        difference = _difference(document, fresh)
-        if difference:
-            where = f"{path}" + (f" at {head['commit'][:12]}" if rev else "")
-            raise ApplyError(f"{args.target} is not the plan that the repo at {where} gives "
-                             f"against the backends now ({difference}): the repo changed "
-                             "since the plan was made, or the plan was edited; nothing was "
-                             "applied. Make a new plan and apply that")
-        print_plan(fresh, "text")  # the plan made now: what is shown is what is applied
-        _print_reports(_reports(managers, result.changes))
-        if not result.has_changes:
-            return EXIT_OK
-        if not _confirmed(args.auto_approve):
-            print("unet: apply cancelled; nothing was changed", file=sys.stderr)
-            return EXIT_ERROR
-        outcome = execute(result.changes, result.waves, managers, Progress().wave)
-        return _report(outcome, managers, result.desired_digests, result.changes)
+            return None
+        _print_reports(reports)
+        return _approved(plan, args.auto_approve)
+
+    options = replace(_options(args), only=sorted(document["managers"]),
+                      refresh_only=bool(inputs.get("refresh_only")))
+    return _applied(engine.run(head, inputs, options, gate))
 
 
-def _difference(saved: dict[str, Any], fresh: dict[str, Any]) -> str | None:
-    """The first thing that differs between a saved plan and one made now, if any: every
-    field counts (what a person reads is what is applied)."""
-    def canonical(value: Any) -> str:
-        return json.dumps(value, sort_keys=True, default=str)
-
-    old = {c.get("id"): canonical(c) for c in saved["backend_changes"]}
-    new = {c["id"]: canonical(c) for c in fresh["backend_changes"]}
-    for uid in sorted(old.keys() | new.keys(), key=str):
-        if old.get(uid) != new.get(uid):
-            return f"first difference: backend change {uid}"
-    for name in sorted(saved.keys() | fresh.keys()):
-        if name != DIGEST_FIELD and canonical(saved.get(name)) != canonical(fresh.get(name)):
-            return f"first difference: {name}"
-    return None
+def _approved(plan: Plan, auto_approve: bool) -> Plan | None:
+    """The plan, when it may be applied: it has no errors, and a person said yes."""
+    if not plan.ok:
+        print("unet: the plan has errors; nothing was applied", file=sys.stderr)
+        return None
+    if not plan.has_changes:
+        return plan  # nothing to do: the engine records the state as applied
+    if not _confirmed(auto_approve):
+        print("unet: apply cancelled; nothing was changed", file=sys.stderr)
+        return None
+    return plan
 
 
 def _confirmed(auto_approve: bool) -> bool:
@@ -310,25 +227,25 @@ def _confirmed(auto_approve: bool) -> bool:
     return answer.strip() == "yes"
 
 
-def _report(outcome: ApplyResult, managers: dict[str, Any], digests: dict[str, str],
-            changes: list[Any]) -> int:
+def _applied(outcome: Outcome) -> int:
+    """Exit code and the last words of an apply."""
+    if outcome.applied is None:  # nothing to change, or refused or cancelled (said why)
+        plan = outcome.plan
+        return EXIT_OK if plan is not None and plan.ok and not plan.has_changes else EXIT_ERROR
     counts = outcome.counts
     print(f"\nApply complete: {counts['create']} created, {counts['update']} updated, "
           f"{counts['delete']} deleted in {outcome.seconds:.1f} s.")
-    _print_reports(_reports(managers, changes))
+    _print_reports(outcome.reports)
     if outcome.failures:
         _print_failures(outcome.failures)
-        failed = {uid.split(":", 1)[0] for uid in outcome.failures}
-        _record({n: m for n, m in managers.items() if n not in failed}, digests)
         return EXIT_ERROR
     if outcome.mismatches:
         print(f"unet: after the apply, {len(outcome.mismatches)} objects are not as planned:",
               file=sys.stderr)
-        for line in outcome.mismatches[:20]:
-            print(f"  {line}", file=sys.stderr)
+        for uid, how in list(outcome.mismatches.items())[:20]:
+            print(f"  {uid}: {how}", file=sys.stderr)
         print("run `unet apply` again; if this persists, it is a bug in unet", file=sys.stderr)
         return EXIT_ERROR
-    _record(managers, digests)
     return EXIT_OK
 
 
@@ -342,9 +259,3 @@ def _print_failures(failures: dict[str, str]) -> None:
         shown = ", ".join(uids[:5]) + (f" and {len(uids) - 5} more" if len(uids) > 5 else "")
         print(f"  {why}\n    ({len(uids)} steps: {shown})", file=sys.stderr)
     print("run `unet apply` again once the cause is fixed", file=sys.stderr)
-
-
-def _record(managers: dict[str, Any], digests: dict[str, str]) -> None:
-    for name, manager in managers.items():
-        if name in digests:
-            manager.record_applied(digests[name])

@@ -1,44 +1,34 @@
-"""The cyclic garbage collector, paused while large acyclic data is built."""
+"""The cyclic garbage collector's policy, chosen once per process, at its edge (cli.py).
+
+Loading, planning and observing build millions of small objects, almost none of them in
+reference cycles. The collector would scan them again and again (a quarter to a third of
+the time at a thousand tenants) and find almost nothing. So no stage touches the
+collector; the process decides:
+
+it switches the collector off when it starts (`cli.entry`);
+
+- a one-shot command leaves it off: the little cyclic garbage of one run goes with the
+  process, and what is alive at exit is frozen, so that the collection the interpreter
+  makes while shutting down does not scan it all once more;
+- the daemon collects once after each run: that run's cyclic garbage is freed before the
+  next one begins, and nothing is frozen, so nothing a run built is kept for good.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from collections.abc import Iterator
-
-#: Whether this process runs one command and exits (the default) or keeps running
-#: (the reconcile daemon): only the first may keep what it builds out of the
-#: collector's sight for good.
-_one_shot = True
 
 
-def long_running() -> None:
-    """Called by a daemon: data of one run is dropped again, never frozen."""
-    global _one_shot
-    _one_shot = False
-
-
-@contextlib.contextmanager
-def paused_collection(transient: bool = False) -> Iterator[None]:
-    """Loading and planning build millions of small objects.
-
-    The cyclic collector would scan them again and again (a quarter to a third of
-    the time at a thousand tenants) and find almost nothing: pause it. Then what
-    was built is frozen (moved out of the collector's sight), so that neither the
-    next collection nor the one at exit scans it all again; `transient` data is
-    not frozen in a long-running process, which drops it again.
-    """
-    was_enabled = gc.isenabled()
+def switch_off() -> None:
+    """At the start of every unet process."""
     gc.disable()
-    try:
-        yield
-    finally:
-        if _one_shot or not transient:
-            gc.freeze()
-        if was_enabled:
-            gc.enable()
+
+
+def after_run() -> None:
+    """In the daemon, once a run has ended and dropped what it built."""
+    gc.collect()
 
 
 def before_exit() -> None:
-    """Everything is dropped at exit: no collection need look at it once more."""
+    """When the process ends."""
     gc.freeze()

@@ -21,6 +21,9 @@ class Model:
         self.tenants = tenants
         self.full = self if tenants is None else Model(ctx)
         self._by_kind: dict[str, list[Manifest]] = {}
+        #: k8s manager → the physical network its hosting clusters bridge subnets onto
+        #: (the managers' own word; the pipeline fills it in)
+        self.physical_networks: dict[str, str] = {}
 
     # plain look-ups ---------------------------------------------------------------------------
     def kind(self, kind: str) -> list[Manifest]:

@@ -22,8 +22,6 @@ TAG_KEY = "unet:key"
 TAG_HASH = "unet:hash"
 #: Hash of the owner's immutable fields: when it changes, the row is replaced.
 TAG_IMMUTABLE = "unet:immutable"
-#: What a row opens to traffic from outside its network, for the plan's exposure summary.
-TAG_EXPOSURE = "unet:exposure"
 #: "true" on rows of resources annotated network.osac.io/prevent-destroy.
 TAG_PROTECTED = "unet:protected"
 #: Prefix of tags recording the allocations a row uses (principle 2).

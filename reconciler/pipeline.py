@@ -13,11 +13,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic
+
+from managers.base import Exposure, Manager, Observation
+
 from .allocate import Allocations, allocate
 from .diagnostics import Diagnostic, json_pointer
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change, diff
 from .errors import UnetError
-from .heap import paused_collection
 from .model import Model
 from .models import immutable_values
 from .objects import (
@@ -36,7 +39,6 @@ from .plan import (
     build_plan,
     desired_digest,
     group_by_owner,
-    object_label,
     protected_destroys,
     replaced_rows_reason,
     resource_actions,
@@ -51,6 +53,26 @@ class Desired:
     model: Model
     allocations: Allocations
     objects: list[BackendObject]
+    managers: dict[str, Manager]  # those that rendered the objects
+
+    def describer(self) -> Describer:
+        return Describer(self.managers, self.model)
+
+
+class Describer:
+    """How people read backend objects, in the words of the managers that render them."""
+
+    def __init__(self, managers: Mapping[str, Manager], model: Model) -> None:
+        self.managers = managers
+        self.model = model
+
+    def label(self, obj: BackendObject) -> str:
+        manager = self.managers.get(obj.manager)
+        return manager.describe(obj) if manager is not None else f"{obj.table} {obj.key}"
+
+    def exposure(self, obj: BackendObject) -> Exposure | None:
+        manager = self.managers.get(obj.manager)
+        return manager.exposure(obj, self.model) if manager is not None else None
 
 
 class ConfigError(UnetError):
@@ -78,27 +100,35 @@ def resolve_config(value: Any, where: str) -> Any:
 
 
 def managers_of(model: Model, only: Iterable[str] | None = None,
-                resolve: bool = False) -> dict[str, Any]:
-    """One plugin instance per NetworkManager of the model (or of those named in `only`)."""
+                resolve: bool = False) -> dict[str, Manager]:
+    """One plugin instance per NetworkManager of the model (or of those named in `only`),
+    each with its typed config (`${ENV}` values resolved with `resolve`)."""
     plugins = installed_plugins()
     wanted = set(only) if only is not None else None
     known = {m.name for m in model.kind("NetworkManager")}
     if wanted is not None and wanted - known:
         raise ConfigError(f"no NetworkManager named {', '.join(sorted(wanted - known))}; the "
                           f"repo has {', '.join(sorted(known)) or 'none'}")
-    out = {}
+    out: dict[str, Manager] = {}
     for manager in model.kind("NetworkManager"):
         if wanted is not None and manager.name not in wanted:
             continue
+        where = f"NetworkManager {manager.name}"
         config = dict(manager.obj.spec.config)
         if resolve:
-            config = resolve_config(config, f"NetworkManager {manager.name}")
+            config = resolve_config(config, where)
         plugin = plugins[manager.obj.spec.plugin]
-        out[manager.name] = plugin(manager.name, config, model.installation)
+        try:
+            typed = plugin.Config.model_validate(config)
+        except pydantic.ValidationError as exc:  # an ${ENV} value of the wrong type, say
+            problem = exc.errors()[0]
+            raise ConfigError(f"{where}: config.{'.'.join(map(str, problem['loc']))}: "
+                              f"{problem['msg']}") from exc
+        out[manager.name] = plugin(manager.name, typed, model.installation)
     return out
 
 
-def allocation_readers(model: Model, managers: dict[str, Any]) -> dict[str, Any]:
+def allocation_readers(model: Model, managers: dict[str, Manager]) -> dict[str, Manager]:
     """Fabric managers not selected whose allocations selected k8s managers use.
 
     A k8s manager's segment ids are the ones its classes' fabric manager allocated:
@@ -119,11 +149,16 @@ def render_desired(validation: Validation, allocated: Mapping[str, Held],
     """
     assert validation.context is not None
     model = Model(validation.context, tenants)
+    everyone = managers_of(model)
+    model.physical_networks = model.full.physical_networks = {
+        name: network for name, manager in everyone.items()
+        if (network := manager.physical_network()) is not None}
     allocations = allocate(model, allocated, new_are_unknown)
+    managers = {name: everyone[name] for name in (only if only is not None else everyone)}
     objects: list[BackendObject] = []
-    for manager in managers_of(model, only).values():
+    for manager in managers.values():
         objects.extend(manager.render(model, allocations))
-    return Desired(model, allocations, _stamp(objects, model))
+    return Desired(model, allocations, _stamp(objects, model), managers)
 
 
 def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
@@ -153,10 +188,9 @@ def plan_between(base: Validation | None, head: Validation, inputs: dict[str, An
     if base is not None and not base.ok:
         base = None  # an invalid base stands for empty backends
     scope = changed_tenants(base, head) if base is not None else None
-    with paused_collection(transient=True):
-        plan = _plan_between(base, head, inputs, scope)
-        if scope is not None and any(d.code == "EMPTY_DESIRED_STATE" for d in plan.diagnostics):
-            plan = _plan_between(base, head, inputs, None)  # only the whole picture can tell
+    plan = _plan_between(base, head, inputs, scope)
+    if scope is not None and any(d.code == "EMPTY_DESIRED_STATE" for d in plan.diagnostics):
+        plan = _plan_between(base, head, inputs, None)  # only the whole picture can tell
     return plan
 
 
@@ -187,75 +221,75 @@ def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, A
                   scope: frozenset[str] | None) -> Plan:
     observed: list[BackendObject] = []
     allocated: dict[str, Held] = {}
+    before: Desired | None = None
     if base is not None:
         before = render_desired(base, {}, tenants=scope)
         observed = before.objects
         allocated = {key: a.held() for key, a in before.allocations.values.items()}
     desired = render_desired(head, allocated, new_are_unknown=True, tenants=scope)
+    describe = desired.describer()
     prune = bool(desired.model.config.prune)
     changes = diff(index_objects(desired.objects), index_objects(observed), prune)
     base_manifests = {m.ref: m for m in base.manifests} if base is not None else {}
     head_manifests = {m.ref: m for m in head.manifests}
-    resources, diagnostics = _resources(changes, base_manifests, head_manifests, prune)
+    resources, diagnostics = _resources(changes, base_manifests, head_manifests, prune,
+                                        describe)
     diagnostics += _safety(changes, desired, observed, base_manifests, head_manifests)
     diagnostics += _allocation_problems(desired)
     return build_plan("pr", desired.model.installation, inputs, changes, observed, resources,
-                      diagnostics)
+                      diagnostics, describe, before.describer() if before else None)
 
 
-def plan_live(head: Validation, managers: dict[str, Any], observed: list[BackendObject],
-              inputs: dict[str, Any], applied: dict[str, str | None],
+def plan_live(head: Validation, managers: dict[str, Manager],
+              observations: Mapping[str, Observation], inputs: dict[str, Any],
               hints: Iterable[BackendObject] = ()) -> Plan:
-    """Against the backends: `observed` is what the managers hold now.
+    """Against the backends: `observations` are what the managers' sessions found.
 
-    `applied` is, per manager, the digest of the desired state it last applied; when
-    the desired state is still that one, every difference is drift. `hints` are
-    objects of other managers, read only for the allocations they record.
+    When the desired state is the one a manager last applied (the digest it recorded),
+    every difference is drift. `hints` are objects of other managers, read only for the
+    allocations they record.
     """
-    with paused_collection(transient=True):
-        return _build_live_plan(head, managers, observed, inputs, applied, hints)
-
-
-def _build_live_plan(head: Validation, managers: dict[str, Any], observed: list[BackendObject],
-               inputs: dict[str, Any], applied: dict[str, str | None],
-               hints: Iterable[BackendObject]) -> Plan:
+    observed = [obj for name in sorted(observations) for obj in observations[name].objects]
     desired = render_desired(head, observed_allocations([*observed, *hints]),
                              only=list(managers))
+    describe = desired.describer()
     prune = bool(desired.model.config.prune)
     changes = diff(index_objects(desired.objects), index_objects(observed), prune)
     head_manifests = {m.ref: m for m in head.manifests}
-    resources = _live_resources(changes, head_manifests)
+    resources = _live_resources(changes, head_manifests, describe)
     diagnostics = [_prune_disabled(head_manifests.get(r.address), r.address)
                    for r in resources if r.reason.startswith("kept")]
     diagnostics += _safety(changes, desired, observed, {}, head_manifests)
-    diagnostics += _conflicts(managers, changes, head_manifests)
+    diagnostics += _conflicts(observations, changes)
     diagnostics += _allocation_problems(desired)
     digests = {name: desired_digest([o for o in desired.objects if o.manager == name])
                for name in managers}
-    unchanged = all(applied.get(name) == digest for name, digest in digests.items())
+    unchanged = all(observations[name].applied_digest == digest
+                    for name, digest in digests.items())
     plan = build_plan("live", desired.model.installation, inputs, changes, observed, resources,
-                      diagnostics, repo_unchanged=unchanged)
-    plan.exposure["drift_opened"] = _drift_exposure(plan, managers, desired.model)
+                      diagnostics, describe, repo_unchanged=unchanged)
+    plan.exposure["drift_opened"] = _drift_exposure(plan, describe)
     plan.desired_digests = digests
     plan.managers = {m.name: {"plugin": m.obj.spec.plugin, "config": m.obj.spec.config}
                      for m in desired.model.kind("NetworkManager") if m.name in managers}
     return plan
 
 
-def _drift_exposure(plan: Plan, managers: dict[str, Any], model: Model) -> list[dict[str, str]]:
+def _drift_exposure(plan: Plan, describe: Describer) -> list[dict[str, str]]:
     """What drift opens to the outside that the repo does not: the apply closes it."""
     out = []
     for change in plan.drift:
-        manager = managers.get(change.obj.manager)
-        if manager is None or change.before is None:
+        if change.before is None:
             continue
-        now = manager.exposure(change.before, model)
-        if now and (change.after is None or now != manager.exposure(change.after, model)):
-            out.append({"rule": now, "owner": change.obj.owner})
+        now = describe.exposure(change.before)
+        if now is not None and now.kind == "rule" and (
+                change.after is None or now != describe.exposure(change.after)):
+            out.append({**now.entry, "owner": change.obj.owner})
     return sorted(out, key=lambda e: sorted(e.items()))
 
 
-def _live_resources(changes: list[Change], head: dict[str, Manifest]) -> list[ResourcePlan]:
+def _live_resources(changes: list[Change], head: dict[str, Manifest],
+                    describe: Describer) -> list[ResourcePlan]:
     rows = group_by_owner(changes)
     out = []
     for address in sorted(rows.keys() | head.keys()):
@@ -263,7 +297,7 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest]) -> list[Re
         if not owned:
             out.append(ResourcePlan(address, (NOOP,), "no backend objects"))
             continue
-        actions, reason = resource_actions(owned)
+        actions, reason = resource_actions(owned, describe)
         if all(c.after is None or c.after is c.before for c in owned):  # prune is off
             kept = "kept: removed from the repo, but prune is off"
             reason = kept if actions == (NOOP,) else f"{kept}; {reason}"
@@ -284,12 +318,12 @@ def _allocation_problems(desired: Desired) -> list[Diagnostic]:
     return out
 
 
-def _conflicts(managers: dict[str, Any], changes: list[Change],
-               head: dict[str, Manifest]) -> list[Diagnostic]:
+def _conflicts(observations: Mapping[str, Observation],
+               changes: list[Change]) -> list[Diagnostic]:
     creates = [c.after for c in changes if c.after is not None and CREATE in c.actions]
     out = []
-    for manager in managers.values():
-        for message in manager.conflicts(creates):
+    for name in sorted(observations):
+        for message in observations[name].conflicts(creates):
             out.append(Diagnostic("NAME_CONFLICT", message,
                                   hint="rename or remove the other object; unet never "
                                        "overwrites what it does not own"))
@@ -297,13 +331,13 @@ def _conflicts(managers: dict[str, Any], changes: list[Change],
 
 
 def _resources(changes: list[Change], base: dict[str, Manifest], head: dict[str, Manifest],
-               prune: bool) -> tuple[list[ResourcePlan], list[Diagnostic]]:
+               prune: bool, describe: Describer) -> tuple[list[ResourcePlan], list[Diagnostic]]:
     rows = group_by_owner(changes)
     diagnostics: list[Diagnostic] = []
     out = []
     for address in sorted(rows.keys() | base.keys() | head.keys()):
         resource = _resource(address, rows.get(address, []), base.get(address),
-                             head.get(address), prune)
+                             head.get(address), prune, describe)
         if resource.fields:
             diagnostics.append(_immutable_changed(head[address], resource.fields))
         if not prune and resource.reason.startswith("kept"):
@@ -313,15 +347,15 @@ def _resources(changes: list[Change], base: dict[str, Manifest], head: dict[str,
 
 
 def _resource(address: str, rows: list[Change], before: Manifest | None,
-              after: Manifest | None, prune: bool) -> ResourcePlan:
+              after: Manifest | None, prune: bool, describe: Describer) -> ResourcePlan:
     if before is None and after is not None:
         return ResourcePlan(address, (CREATE,), _new_reason(after, rows), rows)
     if after is None:
         if not prune:  # its rows stay; a replaced parent makes them be recreated
             kept = "kept: removed from the repo, but prune is off"
             if any(c.is_replace for c in rows):
-                return ResourcePlan(address, REPLACE, f"{kept}; {replaced_rows_reason(rows)}",
-                                    rows)
+                return ResourcePlan(address, REPLACE,
+                                    f"{kept}; {replaced_rows_reason(rows, describe)}", rows)
             return ResourcePlan(address, (NOOP,), kept, rows)
         return ResourcePlan(address, (DELETE,), "removed from the repo", rows)
     unchanged_rows = all(c.actions == (NOOP,) for c in rows)
@@ -332,7 +366,7 @@ def _resource(address: str, rows: list[Change], before: Manifest | None,
         return ResourcePlan(address, REPLACE, "immutable fields changed: " + ", ".join(changed),
                             rows, changed)
     if any(c.is_replace for c in rows):
-        return ResourcePlan(address, REPLACE, replaced_rows_reason(rows), rows)
+        return ResourcePlan(address, REPLACE, replaced_rows_reason(rows, describe), rows)
     if not unchanged_rows:
         row_changes = [c for c in rows if c.actions != (NOOP,)]
         tables = sorted({c.obj.table for c in row_changes})
@@ -388,7 +422,7 @@ def _safety(changes: list[Change], desired: Desired, observed: list[BackendObjec
             line=manifest.doc.line if manifest else None,
             hint="remove the annotation network.osac.io/prevent-destroy first, in its own "
                  "change, if this is intended"))
-    out += _destroys_foreign(changes, base, head)
+    out += _destroys_foreign(changes, base, head, desired.describer())
     if observed and not desired.objects and not config.allow_empty and config.prune:
         out.append(Diagnostic(
             "EMPTY_DESIRED_STATE",
@@ -399,7 +433,7 @@ def _safety(changes: list[Change], desired: Desired, observed: list[BackendObjec
 
 
 def _destroys_foreign(changes: list[Change], base: dict[str, Manifest],
-                      head: dict[str, Manifest]) -> list[Diagnostic]:
+                      head: dict[str, Manifest], describe: Describer) -> list[Diagnostic]:
     """Deleting or replacing an object destroys what others keep inside it: refused."""
     out = []
     for change in changes:
@@ -411,7 +445,7 @@ def _destroys_foreign(changes: list[Change], base: dict[str, Manifest],
                                                 if len(before.holds) > 10 else "")
         out.append(Diagnostic(
             "HOLDS_FOREIGN_OBJECTS",
-            f"the plan would {action_name(change.actions)} {object_label(before)} "
+            f"the plan would {action_name(change.actions)} {describe.label(before)} "
             f"({before.owner}), which holds what unet does not own: {shown}; they would be "
             "destroyed with it",
             file=manifest.doc.file if manifest else None,

@@ -11,14 +11,17 @@ import functools
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .diagnostics import Diagnostic
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change
-from .objects import TAG_EXPOSURE, TAG_HASH, TAG_PROTECTED, BackendObject, content_hash
+from .objects import TAG_HASH, TAG_PROTECTED, BackendObject, content_hash
 from .order import Step, order
 
-FORMAT_VERSION = "1.1"
+if TYPE_CHECKING:
+    from managers.base import Exposure
+
+FORMAT_VERSION = "1.2"
 SUPPORTED_MAJOR = 1
 ACTION_ORDER = ("delete", "replace", "create", "update", "no-op")
 
@@ -28,13 +31,25 @@ def action_name(actions: Iterable[str]) -> str:
     return "replace" if actions == REPLACE else actions[0]
 
 
-def object_label(obj: BackendObject) -> str:
-    """How people know a backend object: its table and name (its key when it has none)."""
-    name = obj.fields.get("name")
-    if not isinstance(name, str):
-        metadata = obj.fields.get("metadata")
-        name = metadata.get("name") if isinstance(metadata, dict) else None
-    return f"{obj.table} {name if isinstance(name, str) else obj.key.removeprefix(obj.table + '/')}"
+class Describe(Protocol):
+    """How people read backend objects: the managers' own words (pipeline.Describer)."""
+
+    def label(self, obj: BackendObject) -> str: ...
+
+    def exposure(self, obj: BackendObject) -> Exposure | None: ...
+
+
+class _Plainly:
+    """For plans made without the managers at hand: table and key, no exposure."""
+
+    def label(self, obj: BackendObject) -> str:
+        return f"{obj.table} {obj.key}"
+
+    def exposure(self, obj: BackendObject) -> Exposure | None:
+        return None
+
+
+PLAINLY: Describe = _Plainly()
 
 
 @dataclass
@@ -64,6 +79,7 @@ class Plan:
     drift_ids: set[str] = field(default_factory=set)
     desired_digests: dict[str, str] = field(default_factory=dict)  # per manager, live mode
     managers: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> plugin, config
+    describe: Describe = PLAINLY
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -134,11 +150,15 @@ def _edited(change: Change) -> bool:
 
 def build_plan(mode: str, installation: str, inputs: dict[str, Any], changes: list[Change],
                observed: list[BackendObject], resources: list[ResourcePlan],
-               diagnostics: list[Diagnostic], repo_unchanged: bool = False) -> Plan:
+               diagnostics: list[Diagnostic], describe: Describe,
+               describe_before: Describe | None = None, repo_unchanged: bool = False) -> Plan:
+    """`describe_before` reads the objects as they were (the base revision's, in a plan
+    between two revisions), when they need other words than the desired ones."""
     waves = order(changes)
     drift = drift_of(changes, repo_unchanged) if mode == "live" else set()
+    exposure = exposure_of(changes, describe, describe_before or describe)
     return Plan(mode, installation, inputs, observed, resources, changes, waves,
-                diagnostics, exposure_of(changes), drift)
+                diagnostics, exposure, drift, describe=describe)
 
 
 def restrict_to(plan: Plan, keep: set[str]) -> Plan:
@@ -151,13 +171,14 @@ def restrict_to(plan: Plan, keep: set[str]) -> Plan:
             changes.append(Change(change.uid, change.before, change.before, (NOOP,),
                                   "not drift: left for a normal apply"))
     owners = group_by_owner(changes)
-    resources = [ResourcePlan(address, *resource_actions(rows), rows)
+    resources = [ResourcePlan(address, *resource_actions(rows, plan.describe), rows)
                  for address, rows in sorted(owners.items())]
     waves = order(changes)
     return Plan(plan.mode, plan.installation, {**plan.inputs, "refresh_only": True},
                 plan.observed, resources, changes, waves, plan.diagnostics,
-                exposure_of(changes), keep & {c.uid for c in changes}, plan.desired_digests,
-                plan.managers)
+                exposure_of(changes, plan.describe, plan.describe),
+                keep & {c.uid for c in changes}, plan.desired_digests, plan.managers,
+                plan.describe)
 
 
 def group_by_owner(changes: list[Change]) -> dict[str, list[Change]]:
@@ -167,7 +188,7 @@ def group_by_owner(changes: list[Change]) -> dict[str, list[Change]]:
     return out
 
 
-def resource_actions(rows: list[Change]) -> tuple[tuple[str, ...], str]:
+def resource_actions(rows: list[Change], describe: Describe) -> tuple[tuple[str, ...], str]:
     """A resource's action from its rows (live mode, or when the manifest is unchanged)."""
     kinds = {c.actions for c in rows}
     if not rows or kinds == {(NOOP,)}:
@@ -177,23 +198,17 @@ def resource_actions(rows: list[Change]) -> tuple[tuple[str, ...], str]:
     if kinds <= {(DELETE,), (NOOP,)} and all(c.after is None for c in rows):
         return (DELETE,), "no longer in the repo"
     if any(c.is_replace for c in rows):
-        return REPLACE, replaced_rows_reason(rows)
+        return REPLACE, replaced_rows_reason(rows, describe)
     changed = sorted({c.obj.table for c in rows if c.actions != (NOOP,)})
     return (UPDATE,), "backend rows change: " + ", ".join(changed)
 
 
-def replaced_rows_reason(rows: list[Change]) -> str:
+def replaced_rows_reason(rows: list[Change], describe: Describe) -> str:
     """Why a resource is replaced when its backend objects are: the first one's reason."""
     replaced = sorted((c for c in rows if c.is_replace), key=lambda c: c.uid)
     first = replaced[0]
     more = f" (and {len(replaced) - 1} more)" if len(replaced) > 1 else ""
-    return f"{object_label(first.obj)}{_where(first.obj)} must be recreated: " \
-           f"{first.reason}{more}"
-
-
-def _where(obj: BackendObject) -> str:
-    """The cluster of a Kubernetes object, whose key starts with it."""
-    return f" on cluster {obj.key.split('/', 1)[0]}" if "metadata" in obj.fields else ""
+    return f"{describe.label(first.obj)} must be recreated: {first.reason}{more}"
 
 
 def protected_destroys(changes: list[Change]) -> dict[str, str]:
@@ -207,8 +222,15 @@ def protected_destroys(changes: list[Change]) -> dict[str, str]:
     return out
 
 
-def exposure_of(changes: list[Change]) -> dict[str, list[dict[str, str]]]:
-    """What the plan opens or closes to the outside, without reading ACLs."""
+#: Where each kind of exposure goes: (what appears, what goes away).
+_EXPOSURE = {"rule": ("rules_opened", "rules_closed"), "ip": ("ips_attached", "ips_detached"),
+             "nat": ("nat_added", "nat_removed")}
+
+
+def exposure_of(changes: list[Change], describe: Describe,
+                describe_before: Describe) -> dict[str, list[dict[str, str]]]:
+    """What the plan opens or closes to the outside, in the managers' words: for each
+    object that changes, what it opened before and what it opens after, where they differ."""
     out: dict[str, list[dict[str, str]]] = {
         "rules_opened": [], "rules_closed": [], "ips_attached": [], "ips_detached": [],
         "nat_added": [], "nat_removed": [], "drift_opened": [],
@@ -216,30 +238,14 @@ def exposure_of(changes: list[Change]) -> dict[str, list[dict[str, str]]]:
     for change in changes:
         if change.actions == (NOOP,):
             continue
-        before, after = change.before, change.after
-        added = after if after is not None and (before is None or change.is_replace) else None
-        removed = before if before is not None and (after is None or change.is_replace) else None
-        for obj, key in ((added, "opened"), (removed, "closed")):
-            if obj is not None and obj.meta.get(TAG_EXPOSURE):
-                out[f"rules_{key}"].append({"rule": obj.meta[TAG_EXPOSURE], "owner": obj.owner})
-        if change.obj.table == "NAT":
-            _nat_exposure(out, change, before, after)
+        before = describe_before.exposure(change.before) if change.before else None
+        after = describe.exposure(change.after) if change.after else None
+        if before == after:
+            continue
+        for found, side, obj in ((after, 0, change.after), (before, 1, change.before)):
+            if found is not None and obj is not None:
+                out[_EXPOSURE[found.kind][side]].append({**found.entry, "owner": obj.owner})
     for entries in out.values():
         entries.sort(key=lambda e: sorted(e.items()))
     return out
 
-
-def _nat_exposure(out: dict[str, list[dict[str, str]]], change: Change,
-                  before: BackendObject | None, after: BackendObject | None) -> None:
-    def entry(obj: BackendObject) -> dict[str, str]:
-        return {"address": str(obj.fields.get("external_ip")),
-                "target": str(obj.fields.get("logical_ip")), "owner": obj.owner}
-
-    kind = change.obj.fields.get("type")
-    added, removed = ("ips_attached", "ips_detached") if kind == "dnat_and_snat" \
-        else ("nat_added", "nat_removed")
-    changed = before is None or after is None or before.fields != after.fields
-    if changed and after is not None:
-        out[added].append(entry(after))
-    if changed and before is not None:
-        out[removed].append(entry(before))

@@ -10,8 +10,10 @@ from the revision the plan names and applying only when the result is the same p
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from .diagnostics import Diagnostic
 from .diff import NOOP, Change, FieldChange
 from .errors import UnetError
 from .objects import BackendObject
-from .plan import FORMAT_VERSION, SUPPORTED_MAJOR, Plan, ResourcePlan
+from .plan import FORMAT_VERSION, SUPPORTED_MAJOR, Describe, Plan, ResourcePlan
 
 DIGEST_FIELD = "plan_digest"
 
@@ -50,7 +52,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "diagnostics": [d.to_json() for d in sorted(plan.diagnostics, key=Diagnostic.sort_key)],
         "exposure": plan.exposure,
         "resources": [_resource_json(r) for r in plan.resources],
-        "backend_changes": [_change_json(c, wave_of, c.uid in plan.drift_ids)
+        "backend_changes": [_change_json(c, wave_of, c.uid in plan.drift_ids, plan.describe)
                             for c in plan.changes],
         "drift": sorted(plan.drift_ids),
         "waves": [{"index": i, "steps": [step.id for step in wave]}
@@ -70,7 +72,8 @@ def _resource_json(resource: ResourcePlan) -> dict[str, Any]:
     }
 
 
-def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[str, Any]:
+def _change_json(change: Change, wave_of: dict[str, int], drift: bool,
+                 describe: Describe) -> dict[str, Any]:
     obj = change.obj
     if change.actions == (NOOP,):  # most rows of a large plan: listed, not repeated
         return {"id": change.uid, "manager": obj.manager, "table": obj.table, "key": obj.key,
@@ -85,6 +88,7 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool) -> dict[s
         "table": obj.table,
         "key": obj.key,
         "owner": obj.owner,
+        "label": describe.label(obj),
         "actions": list(change.actions),
         "reason": change.reason,
         "before": _object_json(change.before),
@@ -226,7 +230,7 @@ _PLAN_SCHEMA = {
                          "before", "after", "changes", "unknown", "drift"],
             "properties": {
                 "id": _TEXT, "manager": _TEXT, "table": _TEXT, "key": _TEXT, "owner": _TEXT,
-                "actions": _ACTIONS, "reason": _TEXT,
+                "label": _TEXT, "actions": _ACTIONS, "reason": _TEXT,
                 "before": _OBJECT, "after": _OBJECT, "unknown": _TEXTS,
                 "drift": {"type": "boolean"},
                 "changes": {"type": "array", "items": {"type": "object", "required": ["path"],
@@ -239,12 +243,16 @@ _PLAN_SCHEMA = {
             "type": "object", "required": ["plugin"], "properties": {"plugin": _TEXT}}},
     },
 }
-_validate_shape = fastjsonschema.compile(_PLAN_SCHEMA)
+
+
+@functools.cache
+def _shape_validator() -> Callable[[Any], Any]:
+    return fastjsonschema.compile(_PLAN_SCHEMA)  # a few tens of ms: only when a plan is read
 
 
 def _check_shape(document: dict[str, Any]) -> None:
     try:
-        _validate_shape(document)
+        _shape_validator()(document)
     except fastjsonschema.JsonSchemaValueException as exc:
         raise PlanFormatError(f"not a plan unet wrote: {exc.message}") from exc
     ids = {change["id"] for change in document["backend_changes"]}

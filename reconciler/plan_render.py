@@ -49,22 +49,8 @@ def _count(n: int, word: str) -> str:
 
 
 def row_label(change: dict[str, Any]) -> str:
-    obj = change["after"] or change["before"]
-    fields = obj["fields"]
-    table = change["table"]
-    if table == "ACL":
-        return f"ACL {fields['direction']} {fields['priority']} {fields['action']} " \
-               f"`{fields['match']}`"
-    if table == "NAT":
-        return f"NAT {fields['type']} {fields['external_ip']} ↔ {fields['logical_ip']}"
-    if table == "Logical_Router_Static_Route":
-        return f"route {fields['ip_prefix']} via {fields['nexthop']}"
-    if table == "DHCP_Options":
-        return f"DHCP_Options {fields['cidr']}"
-    if "metadata" in fields:
-        cluster = change["key"].split("/", 1)[0]
-        return f"{table} {fields['metadata']['name']} on cluster {cluster}"
-    return f"{table} {fields.get('name', change['key'])}"
+    """How the manager that renders it calls a backend object (format 1.2 and later)."""
+    return change.get("label") or f"{change['table']} {change['key']}"
 
 
 def _value(value: Any) -> str:

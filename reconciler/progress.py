@@ -9,9 +9,9 @@ from typing import TextIO
 
 
 class Progress:
-    def __init__(self, stream: TextIO = sys.stderr, interactive: bool | None = None) -> None:
-        self.stream = stream
-        self.interactive = stream.isatty() if interactive is None else interactive
+    def __init__(self, stream: TextIO | None = None, interactive: bool | None = None) -> None:
+        self.stream = stream or sys.stderr  # as it is now, not when this module was loaded
+        self.interactive = self.stream.isatty() if interactive is None else interactive
 
     def wave(self, manager: str, index: int, waves: int, steps: int) -> Callable[[int, int], None]:
         """A callback for one wave: called with (done, total) as batches commit."""

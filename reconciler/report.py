@@ -7,12 +7,20 @@ import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from .diagnostics import Diagnostic, Severity
 
 JSON_FORMAT_VERSION = "1.0"
 GITHUB_ANNOTATIONS_PER_SEVERITY = 10  # GitHub shows at most 10 of each per step
+
+
+def display_prefix(path: Path, base: Path | None = None) -> str:
+    """How files of the repo at `path` are named for people: relative to `base` (default:
+    the working directory), as `tenants/acme/network.yaml` when the repo is right there."""
+    rel = os.path.relpath(path.resolve(), (base or Path.cwd()).resolve())
+    return "" if rel == "." else Path(rel).as_posix() + "/"
 
 
 @dataclass(frozen=True)

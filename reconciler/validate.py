@@ -9,7 +9,6 @@ from pathlib import Path
 
 from .check import Context, check
 from .diagnostics import Diagnostic
-from .heap import paused_collection
 from .load import (
     DEFAULT_MAX_FILE_BYTES,
     Document,
@@ -101,20 +100,19 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
     manifests: list[Manifest] = []
     diagnostics: list[Diagnostic] = []
     schema_problems: list[Diagnostic] = []
-    with paused_collection():
-        for item in items:
-            if isinstance(item, Diagnostic):
-                diagnostics.append(item)
-                continue
-            result = memo.parse(item, max_file_bytes)
-            documents += result.documents
-            manifests += result.manifests
-            diagnostics += result.load_problems
-            schema_problems += result.schema_problems
-        diagnostics += schema_problems
-        context, problems = check(manifests, installed_plugins(),
-                                  _unreadable(documents, manifests))
-        diagnostics += problems
+    for item in items:
+        if isinstance(item, Diagnostic):
+            diagnostics.append(item)
+            continue
+        result = memo.parse(item, max_file_bytes)
+        documents += result.documents
+        manifests += result.manifests
+        diagnostics += result.load_problems
+        schema_problems += result.schema_problems
+    diagnostics += schema_problems
+    context, problems = check(manifests, installed_plugins(),
+                              _unreadable(documents, manifests))
+    diagnostics += problems
     n_files = sum(1 for item in items if isinstance(item, SourceFile))
     return Validation(documents, manifests, context, diagnostics, n_files)
 

@@ -26,7 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from managers.ovn.embedded import EmbeddedNorthbound
 from managers.ovn.live import Northbound
-from reconciler.reconcile import Run, markdown_report, parse_duration
+from reconciler.daemon.cli import parse_duration
+from reconciler.daemon.history import Run
+from reconciler.daemon.report import markdown_report
 
 from .conftest import ROOT
 from .support.gitops import add_instance, break_repo, commit_all, git, ovn_only_repo, set_mode

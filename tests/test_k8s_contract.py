@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from managers.kubernetes import KubernetesManager, live
+from managers.base import BackendLocked
+from managers.kubernetes import KubernetesConfig, KubernetesManager, live
 from reconciler.cli import main
 
 from .k8s_fixtures.server import USER, FakeCluster, refused_url, write_kubeconfig
@@ -320,10 +321,11 @@ def test_contract_delete_names_the_observed_uid(applied: Env) -> None:
     from reconciler.order import Step
 
     a1 = applied.clusters["hosting-a1"]
-    manager = KubernetesManager("kubernetes", {
-        "clusters": [{"name": "hosting-a1", "context": "hosting-a1"}]}, "example")
-    with manager.connect(applied.tmp), manager.lock(5):
-        target = next(o for o in manager.observe()
+    manager = KubernetesManager("kubernetes", KubernetesConfig.model_validate({
+        "clusters": [{"name": "hosting-a1", "context": "hosting-a1"}]}), "example")
+    with manager.connect(applied.tmp) as session, session.lock(5, print):
+        observation = session.observe()
+        target = next(o for o in observation.objects
                       if o.key == "hosting-a1/ClusterUserDefinedNetwork/unet.initech.build")
         served = a1.get(CUDNS, "unet.initech.build")
         a1.remove(CUDNS, "unet.initech.build")
@@ -331,10 +333,11 @@ def test_contract_delete_names_the_observed_uid(applied: Env) -> None:
             served["metadata"].pop(server_field)
         a1.put(served)
         change = Change(target.uid, target, None, ("delete",), "no longer in the repo")
-        counts = manager.apply([[Step("delete", target.uid)]], {target.uid: change},
-                               lambda done, total: None)
-    assert counts["delete"] == 0
-    assert manager.failed_steps()[target.uid] == (
+        outcome = session.apply(observation, [[Step("delete", target.uid)]],
+                                {target.uid: change},
+                                lambda index, waves, steps: lambda done, total: None)
+    assert outcome.counts["delete"] == 0
+    assert outcome.failures[target.uid] == (
         "ClusterUserDefinedNetwork unet.initech.build on cluster hosting-a1 (context "
         "hosting-a1) is no longer the object that was observed (its UID changed); not "
         "deleted — plan again")
@@ -554,11 +557,11 @@ def test_contract_an_expired_lease_is_taken_over(env: Env) -> None:
 
 
 def test_contract_lease_is_renewed_while_held_and_released(env: Env) -> None:
-    manager = KubernetesManager("kubernetes", {
+    manager = KubernetesManager("kubernetes", KubernetesConfig.model_validate({
         "clusters": [{"name": "hosting-a1", "context": "hosting-a1"}],
-        "leaseDurationSeconds": 2}, "example")
+        "leaseDurationSeconds": 2}), "example")
     a1 = env.clusters["hosting-a1"]
-    with manager.connect(env.tmp), manager.lock(5):
+    with manager.connect(env.tmp) as session, session.lock(5, print):
         first = a1.get("leases", "unet-example", "unet-system")["spec"]
         assert first["holderIdentity"] == live.holder_identity()
         assert first["leaseDurationSeconds"] == 2
@@ -568,9 +571,9 @@ def test_contract_lease_is_renewed_while_held_and_released(env: Env) -> None:
             assert time.monotonic() < deadline, "the Lease was not renewed"
             time.sleep(0.05)
         # a second run (another holder) cannot take it while it is renewed
-        other = live.Lease(manager.clusters["hosting-a1"], "unet-system", "unet-example", 2,
+        other = live.Lease(session.clusters["hosting-a1"], "unet-system", "unet-example", 2,
                            identity="other-host pid 9")
-        with pytest.raises(live.LockTimeout, match="holds the Lease unet-system/unet-example"):
+        with pytest.raises(BackendLocked, match="holds the Lease unet-system/unet-example"):
             other.acquire(1.0)
     released = a1.get("leases", "unet-example", "unet-system")["spec"]
     assert "holderIdentity" not in released
@@ -582,7 +585,7 @@ def test_contract_lease_is_renewed_while_held_and_released(env: Env) -> None:
 def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) -> None:
     """Both managers: the CUDN's VLAN id is the OVN localnet port's tag; an unreachable
     cluster fails its own steps while OVN and the other cluster are applied."""
-    from managers.ovn import OvnManager
+    from managers.ovn import OvnConfig, OvnManager
 
     env.point(**{"hosting-a2": refused_url()})
     code, out, err = env.unet("apply", str(env.repo), "--auto-approve")
@@ -597,9 +600,9 @@ def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) 
     code, out, _ = env.unet("plan", str(env.repo), "--detailed-exitcode")
     assert code == 0 and "No changes." in out
 
-    ovn = OvnManager("ovn", {"northbound": "embedded"}, "example")
-    with ovn.connect(env.tmp):
-        tags = {o.owner: o.fields["tag_request"] for o in ovn.observe()
+    ovn = OvnManager("ovn", OvnConfig(), "example")
+    with ovn.connect(env.tmp) as session:
+        tags = {o.owner: o.fields["tag_request"] for o in session.observe().objects
                 if o.table == "Logical_Switch_Port" and o.key.endswith("/localnet")
                 and o.owner.startswith("Subnet/")}
     assert len(tags) == 4
@@ -611,7 +614,7 @@ def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) 
 
 def test_contract_kubernetes_alone_reads_the_segments_ovn_allocated(env: Env) -> None:
     """--manager kubernetes alone still takes each subnet's segment id from OVN's row."""
-    from managers.ovn import OvnManager
+    from managers.ovn import OvnConfig, OvnManager
 
     network = env.repo / "tenants" / "acme" / "network.yaml"
     code, _out, err = env.unet("apply", str(env.repo), "--manager", "ovn", "--auto-approve")
@@ -630,9 +633,9 @@ spec:
     assert code == 0, err
     code, _out, err = env.apply()  # --manager kubernetes only
     assert code == 0, err
-    ovn = OvnManager("ovn", {"northbound": "embedded"}, "example")
-    with ovn.connect(env.tmp):
-        tags = {o.owner: o.fields["tag_request"] for o in ovn.observe()
+    ovn = OvnManager("ovn", OvnConfig(), "example")
+    with ovn.connect(env.tmp) as session:
+        tags = {o.owner: o.fields["tag_request"] for o in session.observe().objects
                 if o.table == "Logical_Switch_Port" and o.key.endswith("/localnet")
                 and o.owner.startswith("Subnet/")}
     assert tags["Subnet/acme/aaa"] != min(tags.values())

@@ -147,16 +147,16 @@ def _odd(document: dict[str, Any], name: str) -> str:
         document["resources"][0]["actions"] = ["explode"]
     elif name == "an exposure entry without its rule":
         document["exposure"]["rules_opened"] = [{"owner": "x"}]
-    elif name == "a change naming fields of another table":
+    elif name == "a change labelled with a number":
         change = next(c for c in document["backend_changes"] if c["table"] == "ACL"
                       and c["after"])
-        change["after"]["fields"] = {}
+        change["label"] = 7
     return document_text(document)
 
 
 @pytest.mark.parametrize("name", ["deeply nested", "no actions", "an unknown action",
                                   "an exposure entry without its rule",
-                                  "a change naming fields of another table"])
+                                  "a change labelled with a number"])
 def test_a_plan_with_its_digest_made_again_but_odd_content_is_a_clear_error(
         name: str, example_copy: Path, tmp_path: Path) -> None:
     made = tmp_path / "made.json"

@@ -9,10 +9,21 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from managers.base import ManagerPlugin
+from pydantic import Field
+
+from managers.base import (
+    ApplyOutcome,
+    BackendLocked,
+    Manager,
+    ManagerConfig,
+    Observation,
+    ProgressFactory,
+    Session,
+)
 from reconciler.models import Capability
 
 if TYPE_CHECKING:
@@ -22,184 +33,153 @@ if TYPE_CHECKING:
     from reconciler.objects import BackendObject
     from reconciler.order import Step
 
-    from .live import Cluster, Lease, Observed
+    from .live import Cluster, Lease
 
 
-class KubernetesManager(ManagerPlugin):
+class ClusterRef(ManagerConfig):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    context: str = Field(min_length=1)
+
+
+class KubernetesConfig(ManagerConfig):
+    clusters: list[ClusterRef] = Field(min_length=1)
+    physical_network_name: str = Field("physnet-tenant", min_length=1, pattern="^[^,:]+$")
+    namespace_label: str = Field("network.osac.io/tenant", min_length=1)
+    metallb_namespace: str = Field(
+        "metallb-system", min_length=1,
+        description="Namespace of the MetalLB IPAddressPools and L2Advertisements")
+    lease_namespace: str = Field("unet-system", min_length=1,
+                                 description="Namespace of the Lease that serialises applies")
+    lease_duration_seconds: int = Field(
+        30, ge=2, description="How long a Lease of a run that stopped renewing it stays held")
+    timeout_seconds: float = Field(30, gt=0, description="Timeout of one request to an API "
+                                                         "server")
+    delete_timeout_seconds: float = Field(
+        120, ge=0, description="How long a replace waits for the old object's finalizers")
+
+
+class KubernetesManager(Manager):
     name: ClassVar[str] = "kubernetes"
     role: ClassVar[Literal["fabric", "k8s"]] = "k8s"
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.IPV4, Capability.IPV6, Capability.COMPUTE_INSTANCES}
     )
-    config_schema: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["clusters"],
-        "properties": {
-            "clusters": {
-                "type": "array",
-                "minItems": 1,
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["name", "context"],
-                    "properties": {
-                        "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
-                        "context": {"type": "string", "minLength": 1},
-                    },
-                },
-            },
-            "physicalNetworkName": {
-                "type": "string",
-                "minLength": 1,
-                "pattern": "^[^,:]+$",
-                "default": "physnet-tenant",
-            },
-            "namespaceLabel": {
-                "type": "string",
-                "minLength": 1,
-                "default": "network.osac.io/tenant",
-            },
-            "metallbNamespace": {
-                "type": "string",
-                "minLength": 1,
-                "default": "metallb-system",
-                "description": "Namespace of the MetalLB IPAddressPools and L2Advertisements",
-            },
-            "leaseNamespace": {
-                "type": "string",
-                "minLength": 1,
-                "default": "unet-system",
-                "description": "Namespace of the Lease that serialises applies",
-            },
-            "leaseDurationSeconds": {
-                "type": "integer", "minimum": 2, "default": 30,
-                "description": "How long a Lease of a run that stopped renewing it stays held",
-            },
-            "timeoutSeconds": {
-                "type": "number", "exclusiveMinimum": 0, "default": 30,
-                "description": "Timeout of one request to an API server",
-            },
-            "deleteTimeoutSeconds": {
-                "type": "number", "minimum": 0, "default": 120,
-                "description": "How long a replace waits for the old object's finalizers",
-            },
-        },
-    }
+    Config: ClassVar[type[KubernetesConfig]] = KubernetesConfig
+    config: KubernetesConfig
 
     def render(self, model: Model, allocations: Allocations) -> list[BackendObject]:
         from .render import render
 
         return render(model, allocations, self.manager, self.config)
 
-    # --- the live side ----------------------------------------------------------------------
+    def describe(self, obj: BackendObject) -> str:
+        cluster = obj.key.split("/", 1)[0]
+        return f"{obj.table} {obj.fields['metadata']['name']} on cluster {cluster}"
 
-    _clusters: dict[str, Cluster] | None = None
-    _observed: Observed | None = None
-    _leases: dict[str, Lease] | None = None
-
-    def _reset(self) -> None:
-        self._failed: dict[str, str] = {}
-        self._done: set[str] = set()
+    def physical_network(self) -> str | None:
+        return self.config.physical_network_name
 
     @contextlib.contextmanager
-    def connect(self, workdir: Path) -> Iterator[None]:
+    def connect(self, workdir: Path) -> Iterator[KubernetesSession]:
         from .live import Cluster
 
         kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        timeout = float(self.config.get("timeoutSeconds", 30))
-        self._clusters = {}
-        self._reset()
-        for entry in self.config.get("clusters", []):
-            cluster = Cluster(entry["name"], entry["context"], timeout)
-            cluster.connect(kubeconfig)
-            self._clusters[cluster.name] = cluster
+        clusters: dict[str, Cluster] = {}
         try:
-            yield
+            for entry in self.config.clusters:
+                cluster = Cluster(entry.name, entry.context, self.config.timeout_seconds)
+                cluster.connect(kubeconfig)
+                clusters[cluster.name] = cluster
+            yield KubernetesSession(self, clusters)
         finally:
-            for cluster in self._clusters.values():
+            for cluster in clusters.values():
                 cluster.close()
-            self._clusters = None
 
-    @property
-    def clusters(self) -> dict[str, Cluster]:
-        if self._clusters is None:
-            raise RuntimeError("KubernetesManager.connect() first")
-        return self._clusters
+
+@dataclass
+class KubernetesObservation(Observation):
+    manager: str = ""
+    foreign: dict[str, str] = field(default_factory=dict)  # key -> whose it is
+    uids: dict[str, str] = field(default_factory=dict)  # key -> uid, for safe deletes
+    terminating: set[str] = field(default_factory=set)  # keys of ours being deleted
+
+    def conflicts(self, desired: Sequence[BackendObject]) -> list[str]:
+        out = []
+        for obj in desired:
+            if obj.manager == self.manager and obj.key in self.foreign:
+                cluster, kind, name = obj.key.split("/", 2)
+                out.append(f"{kind} {name} on cluster {cluster} (for {obj.owner}) already "
+                           f"exists and is {self.foreign[obj.key]}; unet never overwrites it")
+        return out
+
+    def unmanaged(self) -> list[str]:
+        return [f"{key} ({whose})" for key, whose in sorted(self.foreign.items())]
+
+
+class KubernetesSession(Session):
+    """API clients of every hosting cluster, and the Leases while they are held."""
+
+    def __init__(self, manager: KubernetesManager, clusters: dict[str, Cluster]) -> None:
+        self.manager = manager.manager
+        self.installation = manager.installation
+        self.config = manager.config
+        self.clusters = clusters
+        self.leases: dict[str, Lease] = {}
 
     @contextlib.contextmanager
-    def lock(self, timeout: float, waiting: Callable[[str], None] = lambda _text: None
-             ) -> Iterator[None]:
+    def lock(self, timeout: float, waiting: Callable[[str], None]) -> Iterator[None]:
         """The Lease unet-<installation> in leaseNamespace, on every usable cluster."""
-        from .live import KubernetesError, Lease, LockTimeout, Renewer
+        from .live import KubernetesError, Lease, Renewer
 
-        namespace = self.config.get("leaseNamespace", "unet-system")
-        duration = int(self.config.get("leaseDurationSeconds", 30))
-        self._leases = {}
+        duration = self.config.lease_duration_seconds
         try:
             for name, cluster in sorted(self.clusters.items()):
                 if cluster.error is not None:
                     continue
-                lease = Lease(cluster, namespace, f"unet-{self.installation}", duration)
+                lease = Lease(cluster, self.config.lease_namespace,
+                              f"unet-{self.installation}", duration)
                 try:
                     lease.acquire(timeout, waiting=waiting)
-                except LockTimeout:
+                except BackendLocked:
                     raise
                 except KubernetesError as exc:
                     cluster.error = str(exc)
                     continue
-                self._leases[name] = lease
-            with Renewer(list(self._leases.values()), max(0.5, duration / 3)).running():
+                self.leases[name] = lease
+            with Renewer(list(self.leases.values()), max(0.5, duration / 3)).running():
                 yield
         finally:
-            for lease in self._leases.values():
+            for lease in self.leases.values():
                 lease.release()
-            self._leases = None
+            self.leases = {}
 
-    def observe(self) -> list[BackendObject]:
-        from .live import Observed, observe_cluster
+    def observe(self) -> KubernetesObservation:
+        from .live import observe_cluster
 
-        observed = Observed()
+        observation = KubernetesObservation([], self._applied_digest(), self.manager)
         for _, cluster in sorted(self.clusters.items()):
-            observe_cluster(cluster, self.installation, self.manager, observed)
-        self._observed = observed
-        return observed.objects
+            observe_cluster(cluster, self.installation, self.manager, observation)
+        return observation
 
-    def conflicts(self, desired: list[BackendObject]) -> list[str]:
-        foreign = self._observed.foreign if self._observed is not None else {}
-        out = []
-        for obj in desired:
-            if obj.manager == self.manager and obj.key in foreign:
-                cluster, kind, name = obj.key.split("/", 2)
-                out.append(f"{kind} {name} on cluster {cluster} (for {obj.owner}) already "
-                           f"exists and is {foreign[obj.key]}; unet never overwrites it")
-        return out
-
-    def unmanaged(self) -> list[str]:
-        foreign = self._observed.foreign if self._observed is not None else {}
-        return [f"{key} ({whose})" for key, whose in sorted(foreign.items())]
-
-    def apply(self, waves: Sequence[Sequence[Step]], changes: dict[str, Change],
-              progress: Callable[[int, int], None]) -> dict[str, int]:
+    def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
+              changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
         from .apply import apply_steps
 
-        return apply_steps(self, waves, changes, progress)
+        assert isinstance(observation, KubernetesObservation)
+        return apply_steps(self, observation, waves, changes, progress)
 
-    def failed_steps(self) -> dict[str, str]:
-        return dict(getattr(self, "_failed", {}))
-
-    def report(self, changes: Sequence[Change]) -> list[str]:
+    def report(self, changes: Sequence[Change], outcome: ApplyOutcome | None) -> list[str]:
         from .apply import readiness_report
 
-        return readiness_report(self, changes)
+        return readiness_report(self, changes, outcome)
 
-    def applied_digest(self) -> str | None:
+    def _applied_digest(self) -> str | None:
         from .live import ANNOTATION_APPLIED
 
-        if not self._leases or any(c.error for c in self.clusters.values()):
+        if not self.leases or any(c.error for c in self.clusters.values()):
             return None
         values = set()
-        for lease in self._leases.values():
+        for lease in self.leases.values():
             recorded = _json_map(lease.annotation(ANNOTATION_APPLIED))
             values.add(recorded.get(self.manager))
         return values.pop() if len(values) == 1 else None
@@ -209,7 +189,7 @@ class KubernetesManager(ManagerPlugin):
 
         from .live import ANNOTATION_APPLIED
 
-        for name, lease in (self._leases or {}).items():
+        for name, lease in self.leases.items():
             if self.clusters[name].error is not None:
                 continue
             recorded = _json_map(lease.annotation(ANNOTATION_APPLIED))

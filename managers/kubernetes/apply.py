@@ -3,17 +3,18 @@
 Each step is one request (server-side apply or delete). A step fails alone: an
 unreachable cluster, a missing CRD, an RBAC denial or a refused object fails that
 step, and the steps that need it (same object, or an object it names) are not tried;
-every other step still runs. The failures are handed to the reconciler
-(`failed_steps()`), which reports them and exits 1 after the rest was applied.
+every other step still runs. The failures are in the apply's outcome: the run reports
+them and exits 1 after the rest was applied.
 """
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from managers.base import ApplyOutcome, ProgressFactory
 from reconciler.diff import CREATE, DELETE, NOOP, Change
 from reconciler.objects import BackendObject
 from reconciler.order import Step
@@ -29,40 +30,38 @@ from .live import (
 )
 
 if TYPE_CHECKING:
-    from . import KubernetesManager
+    from . import KubernetesObservation, KubernetesSession
 
 VERB = {"create": "patch", "update": "patch", "delete": "delete"}
 SHOWN = 10  # names listed per line before "and N more"
 
 
-def apply_steps(manager: KubernetesManager, waves: Sequence[Sequence[Step]],
-                changes: dict[str, Change], progress: Callable[[int, int], None]
-                ) -> dict[str, int]:
-    counts = {"create": 0, "update": 0, "delete": 0}
-    total = sum(len(w) for w in waves)
-    done = 0
-    for wave in waves:
-        for step in wave:
+def apply_steps(session: KubernetesSession, observation: KubernetesObservation,
+                waves: Sequence[Sequence[Step]], changes: dict[str, Change],
+                progress: ProgressFactory) -> ApplyOutcome:
+    outcome = ApplyOutcome()
+    for index, wave in enumerate(waves):
+        report = progress(index + 1, len(waves), len(wave))
+        for done, step in enumerate(wave, start=1):
             change = changes[step.uid]
             obj = change.before if step.action == DELETE else change.after
             assert obj is not None
-            cluster = manager.clusters.get(obj.key.split("/", 1)[0])
-            why = _blocked(manager, cluster, obj, step)
+            cluster = session.clusters.get(obj.key.split("/", 1)[0])
+            why = _blocked(session, outcome, cluster, obj, step)
             if why is None:
                 assert cluster is not None
-                why = _run(manager, cluster, step.action, obj)
+                why = _run(session, observation, cluster, step.action, obj)
             if why is None:
-                counts[step.action] += 1
-                manager._done.add(step.uid)
+                outcome.counts[step.action] += 1
+                outcome.done.add(step.uid)
             else:
-                manager._failed[step.uid] = why
-            done += 1
-            progress(done, total)
-    return counts
+                outcome.failures[step.uid] = why
+            report(done, len(wave))
+    return outcome
 
 
-def _blocked(manager: KubernetesManager, cluster: Cluster | None, obj: BackendObject,
-             step: Step) -> str | None:
+def _blocked(session: KubernetesSession, outcome: ApplyOutcome, cluster: Cluster | None,
+             obj: BackendObject, step: Step) -> str | None:
     """Why the step cannot be tried, or None."""
     if cluster is None:
         return f"cluster {obj.key.split('/', 1)[0]} is not in the manager's config"
@@ -70,31 +69,30 @@ def _blocked(manager: KubernetesManager, cluster: Cluster | None, obj: BackendOb
         return cluster.error
     if obj.table in cluster.missing:
         return cluster.missing[obj.table]
-    lease = (manager._leases or {}).get(cluster.name)
+    lease = session.leases.get(cluster.name)
     if lease is not None and lease.lost:
         return lease.lost
-    if step.uid in manager._failed:
+    if step.uid in outcome.failures:
         return "not tried: deleting the old object first failed"
     if step.action != DELETE:
         for key in obj.depends:
-            if f"{manager.manager}:{key}" in manager._failed:
+            if f"{session.manager}:{key}" in outcome.failures:
                 return f"not tried: it needs {key}, whose step failed"
     return None
 
 
-def _run(manager: KubernetesManager, cluster: Cluster, action: str,
-         obj: BackendObject) -> str | None:
+def _run(session: KubernetesSession, observation: KubernetesObservation, cluster: Cluster,
+         action: str, obj: BackendObject) -> str | None:
     kind = KINDS[obj.table]
     metadata = obj.fields["metadata"]
     name, namespace = metadata["name"], metadata.get("namespace")
     try:
         if action == DELETE:
-            uid = manager._observed.uids.get(obj.key) if manager._observed else None
-            cluster.delete(kind, name, namespace, uid)
+            cluster.delete(kind, name, namespace, observation.uids.get(obj.key))
             return None
         if action == CREATE:
-            _make_room(manager, cluster, obj)
-        cluster.apply(kind, to_body(obj, manager.installation, manager.manager))
+            _make_room(session, cluster, obj)
+        cluster.apply(kind, to_body(obj, session.installation, session.manager))
         return None
     except KubernetesError as exc:
         return str(exc)
@@ -113,17 +111,18 @@ def _run(manager: KubernetesManager, cluster: Cluster, action: str,
         raise
 
 
-def _make_room(manager: KubernetesManager, cluster: Cluster, obj: BackendObject) -> None:
+def _make_room(session: KubernetesSession, cluster: Cluster, obj: BackendObject) -> None:
     """Before creating: nobody else's object has the name; ours being deleted is gone."""
     kind = KINDS[obj.table]
     metadata = obj.fields["metadata"]
     name, namespace = metadata["name"], metadata.get("namespace")
-    deadline = time.monotonic() + float(manager.config.get("deleteTimeoutSeconds", 120))
+    wait = session.config.delete_timeout_seconds
+    deadline = time.monotonic() + wait
     while True:
         existing = cluster.get(kind, name, namespace)
         if existing is None:
             return
-        whose = classify(existing, manager.installation, manager.manager)
+        whose = classify(existing, session.installation, session.manager)
         if whose is not None:
             raise KubernetesError(f"{kind.kind} {name} on {cluster.label} exists and is "
                                   f"{whose}; unet never overwrites it")
@@ -133,7 +132,7 @@ def _make_room(manager: KubernetesManager, cluster: Cluster, obj: BackendObject)
             finalizers = ", ".join(existing["metadata"].get("finalizers") or []) or "none"
             raise KubernetesError(
                 f"{kind.kind} {name} on {cluster.label} is still being deleted after "
-                f"{manager.config.get('deleteTimeoutSeconds', 120)} s (finalizers: "
+                f"{wait:g} s (finalizers: "
                 f"{finalizers}); for a ClusterUserDefinedNetwork, pods or VMs in the "
                 "tenant's namespaces still use it — run unet apply again once they are gone")
         time.sleep(0.2)
@@ -142,30 +141,29 @@ def _make_room(manager: KubernetesManager, cluster: Cluster, obj: BackendObject)
 # --- readiness --------------------------------------------------------------------------------
 
 
-def readiness_report(manager: KubernetesManager, changes: Sequence[Change]) -> list[str]:
+def readiness_report(session: KubernetesSession, changes: Sequence[Change],
+                     outcome: ApplyOutcome | None) -> list[str]:
     """Per hosting cluster: usable or not (and why), and which subnets are ready there.
 
     A subnet is ready on a cluster when all of its objects there are as desired: up to
     date before an apply, or applied without failure after it.
     """
-    if manager._clusters is None:
-        return []
+    done = outcome.done if outcome is not None else set()
     ready: dict[str, dict[str, bool]] = defaultdict(dict)  # owner -> cluster -> ready
     for change in changes:
         obj = change.obj
-        if obj.manager != manager.manager or change.after is None:
+        if obj.manager != session.manager or change.after is None:
             continue
         cluster_name = obj.key.split("/", 1)[0]
-        cluster = manager.clusters.get(cluster_name)
+        cluster = session.clusters.get(cluster_name)
         ok = cluster is not None and cluster.error is None \
             and obj.table not in cluster.missing and (
-                change.actions == (NOOP,) or (change.uid in manager._done
-                                              and change.uid not in manager._failed))
+                change.actions == (NOOP,) or change.uid in done)
         ready[obj.owner][cluster_name] = ready[obj.owner].get(cluster_name, True) and ok
-    names = sorted(manager.clusters)
-    lines = [f"Kubernetes manager {manager.manager}: {len(names)} hosting clusters"]
+    names = sorted(session.clusters)
+    lines = [f"Kubernetes manager {session.manager}: {len(names)} hosting clusters"]
     for name in names:
-        cluster = manager.clusters[name]
+        cluster = session.clusters[name]
         owners = [o for o in sorted(ready) if name in ready[o]]
         count = sum(1 for o in owners if ready[o][name])
         line = f"  {name}: {count} of {len(owners)} subnets ready"

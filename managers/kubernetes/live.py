@@ -28,11 +28,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from managers.base import WAIT_NOTICE
+from managers.base import WAIT_NOTICE, BackendLocked
 from reconciler.errors import UnetError
 from reconciler.objects import TAG_HASH, BackendObject
+
+if TYPE_CHECKING:
+    from . import KubernetesObservation
 
 FIELD_MANAGER = "unet"
 LABEL_MANAGED_BY = "network.osac.io/managed-by"
@@ -50,8 +53,8 @@ class KubernetesError(UnetError):
     """A hosting cluster refused or could not carry out a request."""
 
 
-class LockTimeout(KubernetesError):
-    pass
+class LockTimeout(KubernetesError, BackendLocked):
+    """Another run held the Lease longer than this run would wait."""
 
 
 @dataclass(frozen=True)
@@ -340,14 +343,6 @@ def _connection_reason(exc: BaseException) -> str:
 # --- observing ------------------------------------------------------------------------------
 
 
-@dataclass
-class Observed:
-    objects: list[BackendObject] = field(default_factory=list)
-    foreign: dict[str, str] = field(default_factory=dict)  # key -> whose it is
-    uids: dict[str, str] = field(default_factory=dict)  # key -> uid, for safe deletes
-    terminating: set[str] = field(default_factory=set)  # keys of ours being deleted
-
-
 def classify(item: dict[str, Any], installation: str, manager: str) -> str | None:
     """None when the object is ours; otherwise who it belongs to, for messages."""
     labels = (item.get("metadata") or {}).get("labels") or {}
@@ -409,7 +404,8 @@ def to_body(obj: BackendObject, installation: str, manager: str) -> dict[str, An
     }
 
 
-def observe_cluster(cluster: Cluster, installation: str, manager: str, into: Observed) -> None:
+def observe_cluster(cluster: Cluster, installation: str, manager: str,
+                    into: KubernetesObservation) -> None:
     """Our objects of every kind on one cluster; failures are recorded on the cluster."""
     for kind in KINDS.values():
         if cluster.error is not None:

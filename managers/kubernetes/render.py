@@ -12,7 +12,7 @@ replaces the object (delete, then create) instead of an update the server would 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import netaddr
 
@@ -22,6 +22,9 @@ from reconciler.model import Model
 from reconciler.models import immutable_values
 from reconciler.objects import TAG_ALLOCATION, TAG_IMMUTABLE, BackendObject, immutable_tag
 from reconciler.schema import Manifest
+
+if TYPE_CHECKING:
+    from . import KubernetesConfig
 
 MAX_EXCLUDE_SUBNETS = 25  # the CUDN CRD's maxItems
 
@@ -35,9 +38,9 @@ def object_name(tenant: str | None, subnet: str) -> str:
 
 
 def render(model: Model, allocations: Allocations, manager: str,
-           config: dict[str, Any]) -> list[BackendObject]:
+           config: KubernetesConfig) -> list[BackendObject]:
     out: list[BackendObject] = []
-    clusters = [c["name"] for c in config.get("clusters", [])]
+    clusters = [c.name for c in config.clusters]
     for subnet in model.kind("Subnet"):
         cls = model.class_of(subnet.tenant, subnet.obj.spec.virtual_network)
         if cls is None or cls.obj.spec.k8s_manager != manager:
@@ -48,13 +51,14 @@ def render(model: Model, allocations: Allocations, manager: str,
 
 
 def _subnet_objects(model: Model, allocations: Allocations, manager: str,
-                    config: dict[str, Any], cluster: str, subnet: Manifest) -> list[BackendObject]:
+                    config: KubernetesConfig, cluster: str, subnet: Manifest
+                    ) -> list[BackendObject]:
     spaces = model.subnet_spaces(subnet.tenant, subnet.name)
     name = object_name(subnet.tenant, subnet.name)
     segment = allocations.get(segment_key(subnet.tenant, subnet.name))
     localnet: dict[str, Any] = {
         "role": "Secondary",
-        "physicalNetworkName": config.get("physicalNetworkName", "physnet-tenant"),
+        "physicalNetworkName": config.physical_network_name,
         "subnets": [str(spaces[v].net) for v in sorted(spaces)],
         "mtu": subnet.obj.spec.mtu,
     }
@@ -76,7 +80,7 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
             unknown = frozenset({"spec"})
         else:
             meta[TAG_ALLOCATION + segment_key(subnet.tenant, subnet.name)] = segment.value
-    label = config.get("namespaceLabel", "network.osac.io/tenant")
+    label = config.namespace_label
     network = {"topology": "Localnet", "localnet": localnet}
     meta[TAG_IMMUTABLE] = immutable_tag({"owner": immutable_values(subnet.obj),
                                         "network": network})
@@ -109,9 +113,9 @@ def _excluded(spaces: dict[int, Any]) -> list[str]:
     return [str(n) for n in netaddr.cidr_merge(nets)]
 
 
-def _metallb(manager: str, config: dict[str, Any], cluster: str, subnet: Manifest, name: str,
+def _metallb(manager: str, config: KubernetesConfig, cluster: str, subnet: Manifest, name: str,
              block: tuple[int, int]) -> list[BackendObject]:
-    namespace = config.get("metallbNamespace", "metallb-system")
+    namespace = config.metallb_namespace
     first, last = netaddr.IPAddress(block[0], 4), netaddr.IPAddress(block[1], 4)
     addresses = [str(c) for c in netaddr.iprange_to_cidrs(first, last)]
     pool = BackendObject(manager, "IPAddressPool", f"{cluster}/IPAddressPool/{namespace}/{name}",

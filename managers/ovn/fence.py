@@ -26,6 +26,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from managers.base import BackendLocked
 from reconciler.errors import UnetError
 
 from .rpc import ConnectionLost, Rpc
@@ -38,7 +39,7 @@ class OvnError(UnetError):
     """The Northbound database cannot be reached or refused a change."""
 
 
-class LockTimeout(OvnError):
+class LockTimeout(OvnError, BackendLocked):
     """Another run held the lock longer than this run would wait."""
 
 

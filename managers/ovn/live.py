@@ -27,8 +27,8 @@ from typing import Any
 import ovs.db.schema
 from ovsdbapp.backend.ovs_idl import connection, idlutils
 
+from managers.base import ApplyOutcome, Observation, ProgressFactory
 from reconciler.diff import Change
-from reconciler.heap import paused_collection
 from reconciler.objects import (
     TAG_HASH,
     TAG_INSTALLATION,
@@ -42,7 +42,7 @@ from .fence import ConcurrentWrite, Fence, Interrupted, LockTimeout, OvnError
 from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
 from .rpc import Rpc
 
-__all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "Observed", "OvnError"]
+__all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "OvnError", "OvnObservation"]
 
 #: Tables whose rows people and ovn-nbctl find by name: a foreign row there blocks the name.
 NAMED_TABLES = ("Logical_Switch", "Logical_Router", "Logical_Switch_Port", "Logical_Router_Port",
@@ -51,11 +51,22 @@ MAX_ROWS_PER_TRANSACTION = 5000
 
 
 @dataclass
-class Observed:
-    objects: list[BackendObject]
+class OvnObservation(Observation):
+    manager: str = ""
     foreign_names: dict[str, set[str]] = field(default_factory=dict)  # table -> names not ours
     foreign_children: list[str] = field(default_factory=list)  # unnamed, not ours, in ours
     uuids: dict[str, tuple[str, str]] = field(default_factory=dict)  # key → (table, UUID)
+
+    def conflicts(self, desired: Sequence[BackendObject]) -> list[str]:
+        return [f"{obj.table} named '{obj.fields.get('name')}' (for {obj.owner}) already "
+                "exists and is not managed by this installation"
+                for obj in desired
+                if obj.manager == self.manager
+                and obj.fields.get("name") in self.foreign_names.get(obj.table, ())]
+
+    def unmanaged(self) -> list[str]:
+        return [f"{table} {name}" for table, names in sorted(self.foreign_names.items())
+                for name in sorted(names)] + list(self.foreign_children)
 
 
 class Northbound:
@@ -88,9 +99,9 @@ class Northbound:
             raise OvnError(f"cannot sync with the OVN Northbound database at {remote}: "
                            f"{exc}") from exc
         self.fences: dict[str, Fence] = {}  # per installation: its lock and writes
-        self.uuids: dict[str, tuple[str, str]] | None = None  # key → (table, UUID), ours
-        self.inserted: set[str] = set()  # keys of the rows inserted through this connection
-        self.checked = False  # whether the rows this apply deletes were checked for others'
+        # While applying: our rows, key → (table, UUID), and the keys of those inserted.
+        self.uuids: dict[str, tuple[str, str]] = {}
+        self.inserted: set[str] = set()
 
     def close(self) -> None:
         for fence in self.fences.values():
@@ -110,21 +121,18 @@ class Northbound:
         return Rpc(remote, self.timeout)
 
     # -- observe ----------------------------------------------------------------------------
-    def observe(self, installation: str, manager: str) -> Observed:
+    def observe(self, installation: str, manager: str) -> OvnObservation:
         operations = [_select(table, installation, True, self.holding.get(table, {}))
                       for table in MANAGED_COLUMNS]
         operations += [_select(table, installation, False) for table in NAMED_TABLES]
         results = self.fence(installation).read(operations)
         ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
-        with paused_collection(transient=True):
-            keys = _keys(ours)
-            inside = _foreign_inside(ours, self.holding, keys[0])
-            described = self._describe(installation, {child for found in inside.values()
-                                                      for child in found})
-            observed = _observe(self.idl, ours, names, manager, keys, inside, described)
-        self.uuids = observed.uuids
-        return observed
+        keys = _keys(ours)
+        inside = _foreign_inside(ours, self.holding, keys[0])
+        described = self._describe(installation, {child for found in inside.values()
+                                                  for child in found})
+        return _observe(self.idl, ours, names, manager, keys, inside, described)
 
     def _describe(self, installation: str, children: set[tuple[str, str]]) -> dict[str, str]:
         """UUID → how people know each of these rows of others (one request for all)."""
@@ -143,32 +151,31 @@ class Northbound:
         return out
 
     # -- apply ------------------------------------------------------------------------------
-    def apply(self, waves: Sequence[Sequence[Step]], changes: dict[str, Change],
-              installation: str, progress: Callable[[int, int], None]) -> dict[str, int]:
-        """Each wave (split above MAX_ROWS_PER_TRANSACTION rows) as one OVSDB transaction."""
-        counts = {"create": 0, "update": 0, "delete": 0}
-        done = 0
-        total = sum(len(w) for w in waves)
-        if self.uuids is None:
-            self.uuids = self._our_uuids(installation)
-        if not self.checked:
-            self._check_still_free(changes, installation)
-            self.checked = True
-        for wave in waves:
+    def apply(self, uuids: dict[str, tuple[str, str]], waves: Sequence[Sequence[Step]],
+              changes: dict[str, Change], installation: str,
+              progress: ProgressFactory) -> ApplyOutcome:
+        """Each wave (split above MAX_ROWS_PER_TRANSACTION rows) as one OVSDB transaction,
+        on the rows `uuids` names (as observed)."""
+        self.uuids, self.inserted = dict(uuids), set()
+        self._check_still_free(changes, installation)
+        outcome = ApplyOutcome()
+        for index, wave in enumerate(waves):
+            report = progress(index + 1, len(waves), len(wave))
+            done = 0
             for chunk in _chunks(list(wave), MAX_ROWS_PER_TRANSACTION):
                 self._apply_chunk(chunk, changes, installation)
                 for step in chunk:
-                    counts[step.action] += 1
+                    outcome.counts[step.action] += 1
+                    outcome.done.add(step.uid)
                 done += len(chunk)
-                progress(done, total)
-        return counts
+                report(done, len(wave))
+        return outcome
 
     def _check_still_free(self, changes: dict[str, Change], installation: str) -> None:
         """Before the first write: the rows this apply deletes still hold no rows of others
         (someone may have added one since the plan was made, while it was being read).
         Each delete also asserts it in its own transaction; this stops the apply before it
         begins rather than half-way."""
-        assert self.uuids is not None
         doomed = sorted({c.before.key for c in changes.values()
                          if c.before is not None and "delete" in c.actions
                          and c.before.key in self.uuids
@@ -195,7 +202,6 @@ class Northbound:
     def _apply_chunk(self, steps: list[Step], changes: dict[str, Change],
                      installation: str) -> None:
         """One transaction; after a lost connection, again unless it did commit."""
-        assert self.uuids is not None
         fence = self.fence(installation)
         while True:
             wave = _Wave(steps, changes, self.uuids, self.inserted, installation, self.idl,
@@ -334,7 +340,7 @@ def _foreign_inside(ours: dict[str, list[dict[str, Any]]], holding: dict[str, di
 def _observe(idl: Any, ours: dict[str, list[dict[str, Any]]],
              names: dict[str, list[dict[str, Any]]], manager: str,
              keys: tuple[dict[str, str], dict[str, tuple[str, str]]],
-             inside: dict[str, list[tuple[str, str]]], described: dict[str, str]) -> Observed:
+             inside: dict[str, list[tuple[str, str]]], described: dict[str, str]) -> OvnObservation:
     """Backend objects from the rows of a `select` (OVSDB's JSON, decoded here)."""
     key_of, uuids = keys
     parent_of: dict[str, tuple[str, str]] = {}
@@ -351,7 +357,7 @@ def _observe(idl: Any, ours: dict[str, list[dict[str, Any]]],
                        tuple(sorted(described[c] for _t, c in inside.get(row["_uuid"][1], ()))))
                for table in sorted(ours) for row in ours[table] if row["_uuid"][1] in key_of]
     foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
-    return Observed(objects, foreign, children, uuids)
+    return OvnObservation(objects, None, manager, foreign, children, uuids)
 
 
 #: The columns that tell people which row of others this is, for tables without a name.

@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import netaddr
 
+from managers.base import Exposure
 from reconciler.allocate import (
     Allocations,
     external_key,
@@ -31,7 +32,6 @@ from reconciler.model import Model
 from reconciler.models import attachment_identity
 from reconciler.objects import (
     TAG_ALLOCATION,
-    TAG_EXPOSURE,
     TAG_IMMUTABLE,
     UNKNOWN,
     BackendObject,
@@ -40,12 +40,18 @@ from reconciler.objects import (
 )
 from reconciler.schema import Manifest
 
+if TYPE_CHECKING:
+    from . import OvnConfig
+
 # ACL priorities: the per-network default drop, infrastructure allows above it,
 # security-group rules above both.
 PRIORITY_DROP = 1000
 PRIORITY_INFRA = 1001
 PRIORITY_RULE = 1002
 DHCP_LEASE_TIME = "43200"
+#: On an ACL: what it opens to traffic from outside its network, in words, for people who
+#: read the Northbound (plans read it from the row itself: `exposure`).
+TAG_EXPOSURE = "unet:exposure"
 
 #: The columns unet writes, per table; observe reads exactly these back.
 MANAGED_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -102,7 +108,7 @@ class _Out:
 
 
 def render(model: Model, allocations: Allocations, manager: str,
-           config: dict[str, Any]) -> list[BackendObject]:
+           config: OvnConfig) -> list[BackendObject]:
     """Every OVN row the model needs from the fabric manager `manager`."""
     out = _Out(manager, [])
     renderer = _Renderer(model, allocations, manager, config, out)
@@ -112,12 +118,12 @@ def render(model: Model, allocations: Allocations, manager: str,
 
 class _Renderer:
     def __init__(self, model: Model, allocations: Allocations, manager: str,
-                 config: dict[str, Any], out: _Out) -> None:
+                 config: OvnConfig, out: _Out) -> None:
         self.model = model
         self.alloc = allocations
         self.manager = manager
-        self.external_network = config.get("externalNetwork", "physnet-external")
-        self.chassis = list(config.get("gatewayChassis", ["gw-1"]))
+        self.external_network = config.external_network
+        self.chassis = list(config.gateway_chassis)
         self.out = out
 
     def value(self, alloc_key: str) -> tuple[str, bool]:
@@ -290,10 +296,10 @@ class _Renderer:
 
     def _localnet(self, subnet: Manifest, switch: str) -> None:
         cls = self.model.class_of(subnet.tenant, subnet.obj.spec.virtual_network)
-        k8s = self.model.manager(cls.obj.spec.k8s_manager) if cls is not None else None
-        if k8s is None:
+        physnet = self.model.physical_networks.get(cls.obj.spec.k8s_manager or "") \
+            if cls is not None else None
+        if physnet is None:
             return
-        physnet = k8s.obj.spec.config.get("physicalNetworkName", "physnet-tenant")
         segment, known = self.value(segment_key(subnet.tenant, subnet.name))
         self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", subnet.tenant,
                                                 subnet.name, "localnet"), subnet.ref, {
@@ -558,6 +564,39 @@ _ACL_MATCH = re.compile(
     r"(?:tcp|udp)\.dst <= (?P<high>\d+))?|icmp[46](?: && icmp[46]\.type == (?P<type>\d+))?"
     r"(?: && icmp[46]\.code == (?P<code>\d+))?))?")
 
+#: The rule that lets IPv6 neighbour discovery through a network's default drop.
+_NEIGHBOUR_DISCOVERY = re.compile(r"outport == @\S+ && \(nd \|\| nd_rs \|\| nd_ra\)")
+
+
+def describe(obj: BackendObject) -> str:
+    """How people know a row, in plans: rows without a name by what they do."""
+    fields = obj.fields
+    if obj.table == "ACL":
+        return f"ACL {fields['direction']} {fields['priority']} {fields['action']} " \
+               f"`{fields['match']}`"
+    if obj.table == "NAT":
+        return f"NAT {fields['type']} {fields['external_ip']} ↔ {fields['logical_ip']}"
+    if obj.table == "Logical_Router_Static_Route":
+        return f"route {fields['ip_prefix']} via {fields['nexthop']}"
+    if obj.table == "DHCP_Options":
+        return f"DHCP_Options {fields['cidr']}"
+    return f"{obj.table} {fields.get('name', obj.key)}"
+
+
+def exposure(obj: BackendObject, model: Model) -> Exposure | None:
+    """What a row, as it is, opens to the outside: an allow rule (read back from its
+    match, so drift counts too), or an address translation."""
+    if obj.table == "NAT":
+        kind = "ip" if obj.fields.get("type") == "dnat_and_snat" else "nat"
+        return Exposure(kind, {"address": str(obj.fields.get("external_ip")),
+                               "target": str(obj.fields.get("logical_ip"))})
+    if obj.table != "ACL" or obj.parent is None:
+        return None
+    group = obj.parent[0].split("/", 1)[1]  # Port_Group/<tenant>/<network>[/<group>]
+    tenant, network = group.split("/")[:2]
+    opened = acl_exposure(obj.fields, group, list(model.network_cidrs(tenant, network).values()))
+    return Exposure("rule", {"rule": opened}) if opened else None
+
 
 def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str | None:
     """What an ACL row, as it is, opens to traffic from outside its network (`cidrs`):
@@ -566,6 +605,8 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
             "allow"):
         return None
     match = str(fields.get("match"))
+    if _NEIGHBOUR_DISCOVERY.fullmatch(match):
+        return None  # link-local: never from beyond the network's own segments
     found = _ACL_MATCH.fullmatch(match)
     if found is None:
         return f"`{match}` (an allow rule unet cannot read) to {group}"

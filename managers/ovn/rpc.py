@@ -22,7 +22,6 @@ from ovs import poller as ovs_poller
 from ovs import stream as ovs_stream
 
 from managers.base import WAIT_NOTICE
-from reconciler.heap import paused_collection
 
 DATABASE = "OVN_Northbound"
 _BLOCK = 1 << 22
@@ -59,10 +58,16 @@ class Rpc:
         self.locks: set[str] = set()  # held on this connection now
         self.busy = threading.RLock()  # one user of the stream at a time
         self.listener: threading.Thread | None = None
+        self.closed = threading.Event()
 
     def close(self) -> None:
+        """Closed, and its listener ended: nothing of a connection outlives it."""
+        self.closed.set()
         with self.busy:
             self._drop()
+        listener = self.listener
+        if listener is not None and listener is not threading.current_thread():
+            listener.join()
 
     def _drop(self) -> None:
         if self.stream is not None:
@@ -116,8 +121,7 @@ class Rpc:
 
     def _listen(self) -> None:
         """Answer probes and take news of the locks while nobody else uses the stream."""
-        while True:
-            time.sleep(_LISTEN)
+        while not self.closed.wait(_LISTEN):
             if not self.busy.acquire(blocking=False):
                 continue  # a request is under way: its own loop answers probes
             try:
@@ -130,6 +134,7 @@ class Rpc:
                 self._drop()  # the next request connects again, without the lock
             finally:
                 self.busy.release()
+        self.listener = None
 
     def _request(self, method: str, params: list[Any]) -> Any:
         self.next_id += 1
@@ -234,11 +239,10 @@ class Rpc:
 def _decode(buffer: bytearray) -> tuple[dict[str, Any], int] | None:
     """The first JSON object of `buffer` and where it ends; None while it is incomplete."""
     text = buffer.decode()
-    with paused_collection(transient=True):
-        try:
-            message, end = json.JSONDecoder().raw_decode(text)
-        except ValueError:
-            return None
+    try:
+        message, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
     if not isinstance(message, dict):
         raise ConnectionLost(f"unexpected message {text[:200]}")
     return message, len(buffer) if end == len(text) else len(text[:end].encode())

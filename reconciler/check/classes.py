@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import jsonschema
+from pydantic.alias_generators import to_camel
 
 from ..models import ADDRESS_FAMILIES, Capability
 from ..schema import Manifest
@@ -37,12 +39,16 @@ def check_managers(ctx: Context) -> None:
             ctx.report("PLUGIN_CONFIG_INVALID", manager, ("spec", "role"),
                        f"plugin '{spec.plugin}' fills the role '{plugin.role}', not '{spec.role}'",
                        f"set role: {plugin.role}")
-        validator = jsonschema.Draft202012Validator(plugin.config_schema)
-        for error in validator.iter_errors(spec.config):
+        for error in _config_validator(plugin).iter_errors(spec.config):
             path = ("spec", "config", *error.absolute_path)
             ctx.report("PLUGIN_CONFIG_INVALID", manager, path,
                        f"plugin '{spec.plugin}' rejected its config: {error.message}")
         _check_shared_backend(ctx, manager, plugin, backends)
+
+
+@cache
+def _config_validator(plugin: Any) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(plugin.config_schema())
 
 
 def _check_shared_backend(ctx: Context, manager: Manifest, plugin: Any,
@@ -52,11 +58,11 @@ def _check_shared_backend(ctx: Context, manager: Manifest, plugin: Any,
     field = plugin.backend_field
     if field is None:
         return
-    default = plugin.config_schema.get("properties", {}).get(field, {}).get("default")
-    value = str(manager.obj.spec.config.get(field, default))
+    default = plugin.Config.model_fields[field].default
+    value = str(manager.obj.spec.config.get(to_camel(field), default))
     first = backends.setdefault((manager.obj.spec.plugin, value), manager)
     if first is not manager:
-        ctx.report("PLUGIN_CONFIG_INVALID", manager, ("spec", "config", field),
+        ctx.report("PLUGIN_CONFIG_INVALID", manager, ("spec", "config", to_camel(field)),
                    f"NetworkManager '{manager.name}' uses the same backend as '{first.name}' "
                    f"({field}: {value}); they would take each other's objects for their own",
                    f"give '{first.name}' this manager's regions too, and remove this one")

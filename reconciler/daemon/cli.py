@@ -1,0 +1,126 @@
+"""`unet reconcile` and `unet reconcile history` on the command line (loaded for every
+unet command: the work itself is imported when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import EXIT_OK
+from ..load import DEFAULT_MAX_FILE_BYTES
+from .history import DEFAULT_STATE_DIR, HISTORY_FILE, read_history
+from .metrics import DEFAULT_METRICS_PORT, PORT_FILE
+
+if TYPE_CHECKING:
+    from .loop import Options
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+
+
+def parse_duration(text: str) -> float:
+    """`5m`, `90s`, `1h30m`, `2.5` (seconds)."""
+    match = _DURATION.match(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a duration (e.g. 30s, 5m, 1h)")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    value = hours * 3600 + minutes * 60 + seconds
+    if value <= 0:
+        raise argparse.ArgumentTypeError("the interval must be positive")
+    return value
+
+
+def add_parser(commands: Any) -> None:
+    """`unet reconcile` and `unet reconcile history`, on the CLI's subcommands."""
+    parser = commands.add_parser(
+        "reconcile", help="keep the backends equal to a branch: once, or as a daemon",
+        description="Observe, plan and apply, repeatedly: the repo's changes always, drift "
+                    "only with `reconcile: repair` in unet.yaml. A revision that fails "
+                    "validation is never applied; the last good one is kept.")
+    parser.add_argument("--repo", metavar="URL_OR_PATH",
+                        help="Git repository to pull (cloned under the state dir); without "
+                             "it, the folder --path as it is on disk")
+    parser.add_argument("--branch", default="main", help="branch to follow (default main)")
+    parser.add_argument("--path", type=Path, default=Path("."),
+                        help="the network repo: a folder, or one inside --repo (default .)")
+    parser.add_argument("--once", action="store_true",
+                        help="one run, then exit (scheduled jobs); the default is a daemon")
+    parser.add_argument("--interval", type=parse_duration, default=300.0, metavar="DURATION",
+                        help="time between runs of the daemon: 30s, 5m, 1h (default 5m)")
+    parser.add_argument("--jitter", type=float, default=0.1, metavar="FRACTION",
+                        help="vary each interval randomly by up to this fraction (default "
+                             "0.1), so that replicas do not run in step")
+    parser.add_argument("--detailed-exitcode", action="store_true",
+                        help="with --once: exit 2 when the run found changes or drift")
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR",
+                        help="clone, run history and state (default .unet/reconcile)")
+    parser.add_argument("--history-size", type=int, default=100, metavar="N",
+                        help="runs kept in the history (default 100)")
+    parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help=f"serve /metrics, /healthz, /readyz (daemon default "
+                             f"{DEFAULT_METRICS_PORT}; 0: any free port, written to "
+                             f"DIR/{PORT_FILE}; --once: only when given)")
+    parser.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS",
+                        help="address to listen on (default 0.0.0.0)")
+    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
+                        metavar="BYTES", help=argparse.SUPPRESS)
+    parser.add_argument("--manager", action="append", metavar="NAME",
+                        help="only this NetworkManager (repeatable; default: all)")
+    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="how long to wait for another run's lock (default 60)")
+    parser.set_defaults(func=command)
+    what = parser.add_subparsers(dest="reconcile_what", required=False, metavar="history",
+                                 parser_class=type(parser))
+    history = what.add_parser("history", help="the last runs: revision, counts, result")
+    history.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR")
+    history.add_argument("--format", choices=("text", "json"), default="text")
+    history.add_argument("--limit", type=int, default=20, metavar="N",
+                         help="show the last N runs (default 20; 0: all kept)")
+    history.set_defaults(func=history_command)
+
+
+def options_of(args: argparse.Namespace) -> Options:
+    from .loop import Options
+
+    return Options(path=args.path, repo=args.repo, branch=args.branch, managers=args.manager,
+                   lock_timeout=args.lock_timeout, max_file_size=args.max_file_size,
+                   state_dir=args.state_dir, workdir=Path.cwd(),
+                   history_size=args.history_size)
+
+
+def command(args: argparse.Namespace) -> int:
+    from .loop import Reconciler, Serving, once, serve
+
+    reconciler = Reconciler(options_of(args))
+    serving = Serving(args.metrics_address, args.metrics_port, args.interval, args.jitter)
+    if args.once:
+        return once(reconciler, serving, args.detailed_exitcode)
+    return serve(reconciler, serving)
+
+
+def history_command(args: argparse.Namespace) -> int:
+    runs = read_history(args.state_dir)
+    if args.limit:
+        runs = runs[-args.limit:]
+    if args.format == "json":
+        json.dump(runs, sys.stdout, indent=1, sort_keys=True)
+        sys.stdout.write("\n")
+        return EXIT_OK
+    if not runs:
+        print(f"no runs recorded in {args.state_dir / HISTORY_FILE}")
+        return EXIT_OK
+    print(f"{'STARTED':20}  {'REVISION':12}  {'RESULT':8}  {'PLAN -/±/+/~':13}  "
+          f"{'DRIFT':>5}  {'DURATION':>8}  MESSAGE")
+    for run in runs:
+        counts = run.get("counts") or {}
+        plan = "/".join(str(counts.get(a, 0)) for a in ("delete", "replace", "create",
+                                                          "update")) if counts else "-"
+        revision = (run.get("revision") or "files")[:12]
+        print(f"{run.get('started', ''):20}  {revision:12}  "
+              f"{run.get('result', ''):8}  {plan:13}  {run.get('drift', 0):>5}  "
+              f"{run.get('duration', 0):>7.1f}s  {run.get('message', '')}")
+    return EXIT_OK

@@ -1,0 +1,387 @@
+"""`unet reconcile`: keep the backends equal to a branch, once (a scheduled CI job) or as a
+daemon (a Kubernetes Deployment or CronJob).
+
+One run: get the revision (pull the branch into a clone under the state dir, or read a
+folder as it is), validate, and hand it to the engine (engine.py): plan against the live
+backends under their locks and apply the repo's changes always, drift only when the repo
+says `reconcile: repair` (with `reconcile: report` drift is reported and left). A
+revision that fails validation, or whose plan has errors, is never applied: the last
+good revision is reconciled instead and the run is reported as `invalid`.
+
+Every run is logged as one JSON line on standard error (report.py), kept in the run
+history (history.py) and, for the daemon, reflected in Prometheus metrics served with
+/healthz and /readyz (metrics.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from managers.base import BackendLocked
+
+from .. import heap
+from ..errors import EXIT_OK, UnetError
+from ..load import DEFAULT_MAX_FILE_BYTES
+from .history import (
+    APPLIED,
+    DEFAULT_STATE_DIR,
+    DRIFT,
+    ERROR,
+    INVALID,
+    LOCKED,
+    OK,
+    Run,
+    append_history,
+    flock,
+    now,
+    short,
+    write_atomic,
+)
+from .metrics import DEFAULT_METRICS_PORT, Metrics, listen
+from .report import exit_code, github_outputs, headline, log_line, markdown_report
+
+STATE_FILE = "state.json"
+
+
+class ReconcileError(UnetError):
+    """A run could not be carried out; the message says why."""
+
+
+@dataclass
+class Options:
+    path: Path = Path(".")            # the network repo: a folder, or one inside the clone
+    repo: str | None = None           # a Git URL or path to pull; None: `path` as it is
+    branch: str = "main"
+    managers: list[str] | None = None
+    lock_timeout: float = 60.0
+    max_file_size: int = DEFAULT_MAX_FILE_BYTES
+    state_dir: Path = DEFAULT_STATE_DIR
+    workdir: Path = field(default_factory=Path.cwd)  # where `northbound: embedded` lives
+    history_size: int = 100
+
+
+@dataclass
+class _Outcome:
+    """What planning (and maybe applying) one revision gave."""
+
+    refused: str | None = None          # why the revision is not applied
+    validation: Any = None
+
+
+# --- one run ------------------------------------------------------------------------------
+
+
+class Reconciler:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.state_dir = options.state_dir
+        self._last_plan: Any = None  # the Plan of the last run
+        self.parsed: Any = None  # ParsedFiles: the last run's files, kept parsed
+        self._last_plan_json: dict[str, Any] | None = None
+        self.last_validation: Any = None
+
+    # state kept between runs: the last good revision
+    def _state(self) -> dict[str, Any]:
+        try:
+            data = json.loads((self.state_dir / STATE_FILE).read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _save_state(self, **values: Any) -> None:
+        state = {**self._state(), **values}
+        write_atomic(self.state_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
+
+    @property
+    def last_good(self) -> str | None:
+        value = self._state().get("last_good")
+        return value if isinstance(value, str) else None
+
+    def run_once(self) -> Run:
+        started = time.monotonic()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        run = Run(started=now(), source=self.options.repo or str(self.options.path),
+                  branch=self.options.branch if self.options.repo else None)
+        self._last_plan, self._last_plan_json, self.last_validation = None, None, None
+        try:
+            self._run(run)
+        except Exception as exc:  # a run never takes the daemon down; it is reported
+            run.result = LOCKED if isinstance(exc, BackendLocked) else ERROR
+            if isinstance(exc, UnetError):
+                run.message = str(exc)
+            else:
+                run.message = f"internal error: {type(exc).__name__}: {exc}"
+                if os.environ.get("UNET_DEBUG"):
+                    traceback.print_exc()
+        if self.parsed is not None:
+            self.parsed.forget_unused()  # what this run's revisions no longer hold
+        run.duration = round(time.monotonic() - started, 3)
+        append_history(self.state_dir, run, self.options.history_size)
+        return run
+
+    @property
+    def last_plan(self) -> dict[str, Any] | None:
+        """The last run's plan as JSON (built only when asked: large, and rarely needed)."""
+        from ..plan_io import plan_to_json
+
+        if self._last_plan is not None and self._last_plan_json is None:
+            self._last_plan_json = plan_to_json(self._last_plan)
+        return self._last_plan_json
+
+    @property
+    def last_plan_has_changes(self) -> bool:
+        return self._last_plan is not None and bool(self._last_plan.has_changes)
+
+    def _run(self, run: Run) -> None:
+        if self.options.repo:
+            folder, rev = self._pull()
+            run.revision = rev
+        else:
+            folder, rev = self.options.path, None
+            run.revision = _folder_commit(folder)
+        outcome = self._reconcile(folder, rev, run)
+        if outcome.refused is None:
+            run.reconciled = run.revision
+            self._save_state(last_good=run.revision, last_good_at=run.started)
+            return
+        # Never apply a revision that fails: keep (reconcile) the last good one instead.
+        refused = outcome.refused
+        self.last_validation = outcome.validation
+        good = self.last_good if self.options.repo else None
+        why = "no good revision yet" if self.options.repo and not good else ""
+        if good and good != run.revision:
+            try:
+                kept = self._reconcile(folder, good, run)
+            except Exception as exc:  # the refusal stays the news; say what else went wrong
+                kept, why = _Outcome(refused="failed"), f"the last good revision " \
+                    f"{short(good)} could not be reconciled: {exc}"
+            if kept.refused is None:
+                run.reconciled = good
+                what = run.message
+                run.result = INVALID
+                run.message = (f"revision {short(run.revision)} refused: {refused}; kept the "
+                               f"last good revision {short(good)}" + (f" ({what})" if what
+                                                                       else ""))
+                return
+            why = why or f"the last good revision {short(good)} is refused too"
+        run.result = INVALID
+        run.message = (f"revision {short(run.revision)} refused: {refused}; nothing applied"
+                       + (f" ({why})" if why else ""))
+
+    def _pull(self) -> tuple[Path, str]:
+        """The branch, fetched into the clone under the state dir; the clone's network repo."""
+        import git
+
+        assert self.options.repo is not None
+        clone = self.state_dir / "checkout"
+        url, branch = self.options.repo, self.options.branch
+        if "://" not in url and ":" not in url.split("/", 1)[0] and Path(url).exists():
+            url = str(Path(url).resolve())  # a local path: absolute, the clone lives elsewhere
+        with flock(self.state_dir / "checkout.lock"):
+            try:
+                if not (clone / ".git").is_dir():
+                    repo = git.Repo.clone_from(url, clone, no_checkout=True)
+                else:
+                    repo = git.Repo(clone)
+                    repo.git.remote("set-url", "origin", url)
+                repo.git.fetch("--quiet", "--prune", "origin",
+                               f"+refs/heads/{branch}:refs/remotes/origin/{branch}")
+                commit = repo.commit(f"refs/remotes/origin/{branch}").hexsha
+                repo.git.checkout("--quiet", "--force", "--detach", commit)
+            except (git.GitCommandError, git.BadName, ValueError) as exc:
+                detail = getattr(exc, "stderr", "") or str(exc)
+                raise ReconcileError(f"cannot pull branch {branch} of {self.options.repo}: "
+                                     f"{str(detail).strip()}") from exc
+        return clone / self.options.path, commit
+
+    def _reconcile(self, folder: Path, rev: str | None, run: Run) -> _Outcome:
+        """Validate `rev` of `folder` (None: the files), plan it live, apply what is due."""
+        from .. import engine
+        from ..validate import ParsedFiles, revision_info, validate_repo
+
+        if self.parsed is None:
+            self.parsed = ParsedFiles()
+        head = validate_repo(folder, rev, self.options.max_file_size, self.parsed)
+        if not head.ok:
+            errors = [d for d in head.diagnostics if d.is_error]
+            run.errors = len(errors)
+            run.diagnostics = [d.to_json() for d in errors[:5]]
+            first = errors[0]
+            where = f" ({first.file}:{first.line})" if first.file and first.line else ""
+            return _Outcome(refused=f"{len(errors)} validation errors, first {first.code}"
+                                    f"{where}: {first.message}", validation=head)
+        assert head.context is not None
+        run.mode = str(head.context.kind("RepositoryConfig")[0].obj.spec.reconcile)
+        run.resources = dict(sorted(Counter(m.kind for m in head.manifests).items()))
+        options = engine.RunOptions(workdir=self.options.workdir,
+                                    lock_timeout=self.options.lock_timeout,
+                                    only=self.options.managers, waiting=_log_waiting)
+        outcome = engine.Outcome()
+        try:
+            engine.run(head, {"head": revision_info(folder, rev)}, options,
+                       lambda plan, _reports: self._gate(plan, run), outcome)
+        finally:
+            run.locked_at, run.unlocked_at = outcome.locked_at, outcome.unlocked_at
+        plan = outcome.plan
+        assert plan is not None
+        if not plan.ok:
+            errors = [d for d in plan.diagnostics if d.is_error]
+            run.errors = len(errors)
+            run.diagnostics = [d.to_json() for d in errors[:5]]
+            return _Outcome(refused=f"the plan has {len(errors)} errors, first "
+                                    f"{errors[0].code}: {errors[0].message}")
+        if outcome.applied is None:
+            run.result = DRIFT if run.drift else OK
+            run.message = _drift_message(run.drift) if run.drift else \
+                "no changes: the backends match the revision"
+            return _Outcome()
+        run.applied = dict(outcome.counts)
+        run.apply_seconds = round(outcome.seconds, 3)
+        repair = run.mode == "repair"
+        run.repaired = run.drift if repair else 0
+        if not outcome.complete:
+            problems = [f"{uid}: {why}" for uid, why in sorted(outcome.failures.items())]
+            problems += [f"{uid}: {how}" for uid, how in outcome.mismatches.items()]
+            raise ReconcileError(f"the apply did not complete: {len(problems)} objects are "
+                                 f"not as planned, first {problems[0]}; the next run tries "
+                                 "again")
+        counts = outcome.counts
+        done = (f"applied {counts['create']} created, {counts['update']} updated, "
+                f"{counts['delete']} deleted in {outcome.seconds:.2f} s")
+        if run.drift and not repair:
+            run.result, run.message = DRIFT, f"{done}; {_drift_message(run.drift)}"
+        else:
+            run.result = APPLIED
+            run.message = done + (f" (repaired {run.drift} drifted objects)" if run.drift
+                                  else "")
+        return _Outcome()
+
+    def _gate(self, plan: Any, run: Run) -> Any:
+        """The repo's changes always; drift only with `reconcile: repair`."""
+        from ..diff import NOOP
+        from ..plan import restrict_to
+
+        self._last_plan, self._last_plan_json = plan, None
+        run.counts, run.row_counts = plan.counts, plan.row_counts
+        run.drift = len(plan.drift_ids)
+        if not plan.ok:
+            return None
+        if run.mode != "repair":
+            repo_changes = {c.uid for c in plan.changes if c.actions != (NOOP,)}
+            plan = restrict_to(plan, repo_changes - plan.drift_ids)
+        return plan
+
+
+def _log_waiting(text: str) -> None:
+    """Standard error holds one JSON object per line: so does the wait for a lock."""
+    sys.stderr.write(json.dumps({"ts": now(), "event": "waiting", "message": text},
+                                sort_keys=True) + "\n")
+    sys.stderr.flush()
+
+
+def _drift_message(count: int) -> str:
+    return (f"{count} backend objects were changed outside unet; reported, not "
+            "repaired (spec.reconcile: report in unet.yaml; set it to repair, or run "
+            "`unet apply`, to repair)")
+
+
+def _folder_commit(folder: Path) -> str | None:
+    """The commit checked out in `folder`, when it is a Git work tree (for the record)."""
+    try:
+        import git
+
+        return str(git.Repo(folder, search_parent_directories=True).head.commit.hexsha)
+    except Exception:  # not a Git repo, no commit yet: the files are still reconciled
+        return None
+
+
+# --- once, or as a daemon -----------------------------------------------------------------
+
+
+@dataclass
+class Serving:
+    """How the runs are served: metrics, and for the daemon the time between runs."""
+
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int | None = None  # once: only when given; the daemon: the default port
+    interval: float = 300.0
+    jitter: float = 0.1  # each interval varies by up to this fraction
+
+
+def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> int:
+    """One run: its plan and headline on standard output, its JSON line on standard error,
+    the job summary and step outputs on GitHub."""
+    from ..plan_render import render_text
+    from ..report import use_colour
+
+    metrics = server = None
+    if serving.metrics_port is not None:
+        metrics = Metrics()
+        server = listen(metrics, serving.metrics_address, serving.metrics_port,
+                        reconciler.state_dir)
+    try:
+        run = reconciler.run_once()
+        if metrics is not None:
+            metrics.observe(run)
+        log_line(run)
+        if reconciler.last_plan_has_changes:
+            sys.stdout.write(render_text(reconciler.last_plan, use_colour(sys.stdout)) + "\n")
+        print(headline(run))
+        if os.environ.get("GITHUB_STEP_SUMMARY"):
+            with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as out:
+                out.write(markdown_report(run, reconciler.last_plan, reconciler.last_validation))
+        if os.environ.get("GITHUB_OUTPUT"):
+            github_outputs(run, os.environ["GITHUB_OUTPUT"])
+        return exit_code(run, detailed_exitcode)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def serve(reconciler: Reconciler, serving: Serving) -> int:
+    """Run after run until SIGTERM or SIGINT, each run's garbage collected before the next."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    reconciler.state_dir.mkdir(parents=True, exist_ok=True)
+    metrics = Metrics()
+    port = DEFAULT_METRICS_PORT if serving.metrics_port is None else serving.metrics_port
+    server = listen(metrics, serving.metrics_address, port, reconciler.state_dir)
+    options = reconciler.options
+    sys.stderr.write(json.dumps({"ts": now(), "event": "start",
+                                 "source": options.repo or str(options.path),
+                                 "branch": options.branch if options.repo else None,
+                                 "interval": serving.interval,
+                                 "metrics_port": server.server_address[1],
+                                 "state_dir": str(reconciler.state_dir)}) + "\n")
+    sys.stderr.flush()
+    try:
+        while not stop.is_set():
+            run = reconciler.run_once()
+            metrics.observe(run)
+            log_line(run)
+            heap.after_run()
+            delay = serving.interval * (1 + random.uniform(-serving.jitter, serving.jitter))
+            stop.wait(max(delay, 0.0))
+    finally:
+        server.shutdown()
+        server.server_close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sys.stderr.write(json.dumps({"ts": now(), "event": "stop"}) + "\n")
+    return EXIT_OK

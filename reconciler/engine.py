@@ -1,0 +1,249 @@
+"""One run against the backends: connect → lock → observe → plan → gate → execute → confirm
+→ record.
+
+`unet plan`, `unet apply` (of the repo or of a saved plan) and `unet reconcile` differ only
+in their gate: what they let through of the plan made under the locks (everything once a
+person said yes, the repo's changes without the drift, nothing at all for a plan), and in
+how they show it. The engine owns the rest, and the rules that hold for all of them:
+
+- nothing is applied from a plan with errors, whatever the gate says;
+- after applying, the backends are observed again and compared with the plan;
+- a manager records the desired state as applied only when every one of its steps was
+  done and its objects are as planned: a later run then tells drift from repo changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from managers.base import ApplyOutcome, Manager, Observation, ProgressFactory, Session
+
+from .diff import NOOP, Change, diff
+from .errors import UnetError
+from .model import Model
+from .objects import BackendObject, index_objects
+from .pipeline import allocation_readers, managers_of, plan_live
+from .plan import Plan, restrict_to
+from .plan_io import DIGEST_FIELD, plan_to_json
+from .validate import Validation
+
+#: What a run shows of its progress: the manager → its progress callbacks.
+Progress = Callable[[str], ProgressFactory]
+
+#: Lines for people, per manager, about its backend (e.g. per-cluster readiness).
+Reports = dict[str, list[str]]
+
+#: Given the plan made under the locks and the managers' reports on it: what to apply of it
+#: (the plan, a part of it), or None to apply nothing. It may raise to stop the run.
+Gate = Callable[[Plan, Reports], Plan | None]
+
+
+class ApplyError(UnetError):
+    """The apply could not be carried out; the message says what and how to go on."""
+
+
+class StalePlan(ApplyError):
+    pass
+
+
+def say_waiting(text: str) -> None:
+    print(f"unet: {text}", file=sys.stderr, flush=True)
+
+
+def _quiet(manager: str) -> ProgressFactory:
+    return lambda index, waves, steps: lambda done, total: None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    workdir: Path  # where local state lives (`northbound: embedded`)
+    lock_timeout: float = 60.0
+    only: Sequence[str] | None = None  # NetworkManagers to use; None: all
+    refresh_only: bool = False  # plan only drift
+    waiting: Callable[[str], None] = say_waiting  # hears who holds a lock it waits for
+    progress: Progress = _quiet
+
+
+@dataclass
+class Outcome:
+    """What a run did; filled in as it goes, so a caller sees how far a run that raised got."""
+
+    plan: Plan | None = None
+    reports: Reports = field(default_factory=dict)  # after the plan, or after the apply
+    unmanaged: dict[str, list[str]] = field(default_factory=dict)
+    applied: Plan | None = None  # what the gate let through, when it was carried out
+    counts: dict[str, int] = field(default_factory=lambda: {"create": 0, "update": 0,
+                                                            "delete": 0})
+    seconds: float = 0.0
+    failures: dict[str, str] = field(default_factory=dict)  # uid → why its step failed
+    mismatches: dict[str, str] = field(default_factory=dict)  # uid → how it differs
+    locked_at: float | None = None  # epoch seconds: every lock held from ...
+    unlocked_at: float | None = None  # ... to
+
+    @property
+    def complete(self) -> bool:
+        return not self.failures and not self.mismatches
+
+
+def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
+        gate: Gate | None = None, outcome: Outcome | None = None) -> Outcome:
+    """Plan the validated `head` against the backends under their locks and, when a gate
+    is given, apply what it lets through."""
+    outcome = outcome if outcome is not None else Outcome()
+    model = Model(head.context)  # type: ignore[arg-type]
+    managers = managers_of(model, options.only, resolve=True)
+    readers = allocation_readers(model, managers)
+    with _sessions(managers, readers, options, outcome) as (sessions, reading):
+        observations = {name: sessions[name].observe() for name in sorted(sessions)}
+        hints = [obj for name in sorted(reading) for obj in reading[name].observe().objects]
+        plan = plan_live(head, managers, observations, inputs, hints)
+        plan.diagnostics += [d for d in head.diagnostics if not d.is_error]
+        if options.refresh_only:
+            plan = restrict_to(plan, plan.drift_ids)
+        outcome.plan = plan
+        outcome.unmanaged = {name: observations[name].unmanaged() for name in sorted(sessions)}
+        outcome.reports = _reports(sessions, plan.changes, None)
+        todo = gate(plan, outcome.reports) if gate is not None else None
+        if todo is None or not plan.ok:
+            return outcome
+        if todo.has_changes:
+            done = _execute(todo, sessions, observations, options.progress, outcome)
+            outcome.reports = _reports(sessions, plan.changes, done)
+        _record(sessions, plan, outcome)
+    return outcome
+
+
+@contextlib.contextmanager
+def _sessions(managers: Mapping[str, Manager], readers: Mapping[str, Manager],
+              options: RunOptions, outcome: Outcome
+              ) -> Iterator[tuple[dict[str, Session], dict[str, Session]]]:
+    """Connected to every manager's backend and holding every manager's lock; `readers`
+    are only connected: observed for their allocations, never changed."""
+    with contextlib.ExitStack() as stack:
+        reading = {name: stack.enter_context(readers[name].connect(options.workdir))
+                   for name in sorted(readers)}
+        sessions = {name: stack.enter_context(managers[name].connect(options.workdir))
+                    for name in sorted(managers)}
+        for name in sorted(sessions):
+            stack.enter_context(sessions[name].lock(options.lock_timeout, options.waiting))
+        outcome.locked_at = time.time()
+        try:
+            yield sessions, reading
+        finally:
+            outcome.unlocked_at = time.time()
+
+
+def _execute(todo: Plan, sessions: Mapping[str, Session],
+             observations: Mapping[str, Observation], progress: Progress,
+             outcome: Outcome) -> dict[str, ApplyOutcome]:
+    """Every manager's steps, wave by wave; then the backends observed again to confirm."""
+    started = time.monotonic()
+    outcome.applied = todo
+    changes = {c.uid: c for c in todo.changes}
+    applied: dict[str, ApplyOutcome] = {}
+    for name in sorted(sessions):
+        waves = [[step for step in wave if step.manager == name] for wave in todo.waves]
+        waves = [wave for wave in waves if wave]
+        if not waves:
+            continue
+        done = applied[name] = sessions[name].apply(observations[name], waves, changes,
+                                                    progress(name))
+        for action, count in done.counts.items():
+            outcome.counts[action] += count
+        outcome.failures.update(done.failures)
+    outcome.seconds = time.monotonic() - started
+    now = [obj for name in sorted(sessions) for obj in sessions[name].observe().objects]
+    outcome.mismatches = confirm([c for c in todo.changes if c.uid not in outcome.failures],
+                                 now)
+    return applied
+
+
+def confirm(changes: Sequence[Change], observed: Sequence[BackendObject]) -> dict[str, str]:
+    """What is not as the plan said after applying it: uid → how."""
+    now = index_objects(observed)
+    out: dict[str, str] = {}
+    wanted: dict[str, BackendObject] = {}
+    for change in changes:
+        if change.actions == (NOOP,):
+            continue
+        want, have = change.after, now.get(change.uid)
+        if want is None and have is not None:
+            out[change.uid] = "still exists"
+        elif want is not None and have is None:
+            out[change.uid] = "is missing"
+        elif want is not None:
+            wanted[change.uid] = want
+    for delta in diff(wanted, {uid: now[uid] for uid in wanted}):
+        if delta.actions != (NOOP,):
+            out[delta.uid] = delta.reason
+    return out
+
+
+def _reports(sessions: Mapping[str, Session], changes: Sequence[Change],
+             applied: Mapping[str, ApplyOutcome] | None) -> Reports:
+    """What the managers say of their backends after the plan (`applied` None) or after
+    applying (what each manager's apply did; ApplyOutcome() when it had nothing to do)."""
+    out = {name: sessions[name].report(
+               changes, None if applied is None else applied.get(name, ApplyOutcome()))
+           for name in sorted(sessions)}
+    return {name: lines for name, lines in out.items() if lines}
+
+
+def _record(sessions: Mapping[str, Session], plan: Plan, outcome: Outcome) -> None:
+    """The desired state as applied, by each manager whose objects are all as planned."""
+    unfinished = {uid.split(":", 1)[0] for uid in (*outcome.failures, *outcome.mismatches)}
+    for name, session in sessions.items():
+        if name not in unfinished and name in plan.desired_digests:
+            session.record_applied(plan.desired_digests[name])
+
+
+# --- saved plans ----------------------------------------------------------------------------
+
+
+def check_appliable(document: dict[str, Any]) -> None:
+    if document.get("mode") != "live":
+        raise ApplyError("a plan between two revisions shows what a merge would do; it cannot "
+                         "be applied. Run `unet plan -o plan.json` against the backends")
+    if not document.get("valid", False):
+        raise ApplyError("the plan has errors (see its diagnostics); it cannot be applied")
+
+
+def check_same(saved: dict[str, Any], plan: Plan, where: str) -> dict[str, Any]:
+    """The plan made now, as JSON, when it is the `saved` one; else STALE_PLAN (the backends
+    changed) or ApplyError (the repo changed, or the file was edited)."""
+    if plan.fingerprint != saved["observed_fingerprint"]:
+        raise StalePlan("STALE_PLAN: the backends changed since the plan was made (its "
+                        "observed-state fingerprint no longer matches); nothing was "
+                        "applied. Make a new plan and apply that")
+    fresh = plan_to_json(plan)
+    if plan.ok:
+        difference = _difference(saved, fresh)
+        if difference:
+            raise ApplyError(f"{where} ({difference}): the repo changed since the plan was "
+                             "made, or the plan was edited; nothing was applied. Make a new "
+                             "plan and apply that")
+    return fresh
+
+
+def _difference(saved: dict[str, Any], fresh: dict[str, Any]) -> str | None:
+    """The first thing that differs between a saved plan and one made now, if any: every
+    field counts (what a person reads is what is applied)."""
+    def canonical(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, default=str)
+
+    old = {c.get("id"): canonical(c) for c in saved["backend_changes"]}
+    new = {c["id"]: canonical(c) for c in fresh["backend_changes"]}
+    for uid in sorted(old.keys() | new.keys(), key=str):
+        if old.get(uid) != new.get(uid):
+            return f"first difference: backend change {uid}"
+    for name in sorted(saved.keys() | fresh.keys()):
+        if name != DIGEST_FIELD and canonical(saved.get(name)) != canonical(fresh.get(name)):
+            return f"first difference: {name}"
+    return None
