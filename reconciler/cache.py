@@ -1,8 +1,9 @@
 """A cache of validation results, keyed by every input that can change them.
 
 The key covers each manifest file's path and content (Git blob ids in `--rev`
-mode, a hash of the bytes otherwise), the size bound, and unet's own code and
-schemas; any change in any of them is a miss. A hit gives the diagnostics
+mode, a hash of the bytes otherwise), the size bound, unet's own code and
+schemas, and what validation reads of the installed manager plugins (their roles,
+capabilities and config schemas); any change in any of them is a miss. A hit gives the diagnostics
 without parsing anything, which is what makes a repeated `unet validate` fast.
 Entries live under `.unet/cache/` of the working directory (or `$UNET_CACHE_DIR`);
 the newest few are kept. `unet validate --no-cache` neither reads nor writes it.
@@ -20,6 +21,7 @@ from typing import Any
 
 from .diagnostics import Diagnostic
 from .load import SourceFile
+from .plugins import plugins_digest
 
 KEEP_ENTRIES = 8
 _CODE_ROOTS = ("reconciler", "managers", "schemas")
@@ -39,7 +41,8 @@ def code_digest() -> str:
 
 
 def inputs_digest(items: Sequence[SourceFile | Diagnostic], max_file_bytes: int) -> str:
-    digest = hashlib.sha256(f"{code_digest()}\n{max_file_bytes}\n".encode())
+    digest = hashlib.sha256(f"{code_digest()}\n{plugins_digest()}\n{max_file_bytes}\n"
+                            .encode())
     for item in items:
         if isinstance(item, Diagnostic):
             digest.update(json.dumps(item.to_json(), sort_keys=True).encode())

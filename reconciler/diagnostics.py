@@ -168,7 +168,8 @@ CODES: dict[str, CodeInfo] = {
         "Classes and managers", _E, "the resource needs a capability its class lacks"
     ),
     "PLUGIN_UNKNOWN": CodeInfo(
-        "Classes and managers", _E, "a NetworkManager names a plugin that is not installed"
+        "Classes and managers", _E,
+        "a NetworkManager names a plugin that is not installed, or that does not load"
     ),
     "PLUGIN_CONFIG_INVALID": CodeInfo(
         "Classes and managers", _E, "the plugin rejected its config"

@@ -9,6 +9,7 @@ import jsonschema
 from pydantic.alias_generators import to_camel
 
 from ..models import ADDRESS_FAMILIES, Capability
+from ..plugins import broken_plugins
 from ..schema import Manifest
 from .context import Context
 
@@ -31,8 +32,10 @@ def check_managers(ctx: Context) -> None:
         spec = manager.obj.spec
         plugin = ctx.plugins.get(spec.plugin)
         if plugin is None:
+            broken = broken_plugins().get(spec.plugin)
             ctx.report("PLUGIN_UNKNOWN", manager, ("spec", "plugin"),
-                       f"no manager plugin '{spec.plugin}' is installed",
+                       f"the manager plugin '{spec.plugin}' is installed, but {broken}"
+                       if broken else f"no manager plugin '{spec.plugin}' is installed",
                        "installed: " + ", ".join(sorted(ctx.plugins)) if ctx.plugins else None)
             continue
         if plugin.role != spec.role:
