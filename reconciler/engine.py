@@ -8,8 +8,10 @@ how they show it. The engine owns the rest, and the rules that hold for all of t
 
 - nothing is applied from a plan with errors, whatever the gate says;
 - after applying, the backends are observed again and compared with the plan;
-- a manager records the desired state as applied only when every one of its steps was
-  done and its objects are as planned: a later run then tells drift from repo changes.
+- a manager records the desired state as applied only when every change the repo asks
+  of it was carried out (drift may be left, with `reconcile: report` or a plan of
+  `--refresh-only`) and its objects are as planned: a later run then tells drift from
+  repo changes.
 """
 
 from __future__ import annotations
@@ -103,10 +105,9 @@ def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
     with _sessions(managers, readers, options, outcome) as (sessions, reading):
         observations = {name: sessions[name].observe() for name in sorted(sessions)}
         hints = [obj for name in sorted(reading) for obj in reading[name].observe().objects]
-        plan = plan_live(head, managers, observations, inputs, hints)
-        plan.diagnostics += [d for d in head.diagnostics if not d.is_error]
-        if options.refresh_only:
-            plan = restrict_to(plan, plan.drift_ids)
+        full = plan_live(head, managers, observations, inputs, hints)
+        full.diagnostics += [d for d in head.diagnostics if not d.is_error]
+        plan = restrict_to(full, full.drift_ids) if options.refresh_only else full
         outcome.plan = plan
         outcome.unmanaged = {name: observations[name].unmanaged() for name in sorted(sessions)}
         outcome.reports = _reports(sessions, plan.changes, None)
@@ -116,7 +117,7 @@ def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
         if todo.has_changes:
             done = _execute(todo, sessions, observations, options.progress, outcome)
             outcome.reports = _reports(sessions, plan.changes, done)
-        _record(sessions, plan, outcome)
+        _record(sessions, full, todo, outcome)
     return outcome
 
 
@@ -196,12 +197,18 @@ def _reports(sessions: Mapping[str, Session], changes: Sequence[Change],
     return {name: lines for name, lines in out.items() if lines}
 
 
-def _record(sessions: Mapping[str, Session], plan: Plan, outcome: Outcome) -> None:
-    """The desired state as applied, by each manager whose objects are all as planned."""
-    unfinished = {uid.split(":", 1)[0] for uid in (*outcome.failures, *outcome.mismatches)}
+def _record(sessions: Mapping[str, Session], full: Plan, todo: Plan,
+            outcome: Outcome) -> None:
+    """The desired state as applied, by each manager that carried out every change of the
+    repo (drift may be left: it stays drift) and whose objects are all as planned."""
+    applied = {c.uid for c in todo.changes if c.actions != (NOOP,)}
+    left = {c.uid for c in full.changes if c.actions != (NOOP,) and c.uid not in applied
+            and c.uid not in full.drift_ids}
+    unfinished = {uid.split(":", 1)[0] for uid in (*left, *outcome.failures,
+                                                   *outcome.mismatches)}
     for name, session in sessions.items():
-        if name not in unfinished and name in plan.desired_digests:
-            session.record_applied(plan.desired_digests[name])
+        if name not in unfinished and name in full.desired_digests:
+            session.record_applied(full.desired_digests[name])
 
 
 # --- saved plans ----------------------------------------------------------------------------

@@ -29,6 +29,15 @@ from .test_plan_golden import edit_text
 from .test_plan_props import EDITS, EXAMPLE_FILES, validate_memory, write_layout
 
 NETWORK = "tenants/acme/network.yaml"
+SUBNET_AAA = """---
+apiVersion: network.osac.io/v1alpha1
+kind: Subnet
+metadata:
+  name: aaa
+spec:
+  virtualNetwork: prod
+  ipv4Cidr: 10.10.200.0/24
+"""
 
 
 def _one_apply_converges(tmp_path: Path, repo: Path, *, saved: bool = False) -> None:
@@ -256,3 +265,23 @@ def test_adding_a_pool_to_a_region_replaces_nothing(lab: OvnLab, repo: Path,
     assert document["row_counts"]["replace"] == 0 and document["counts"]["replace"] == 0
     assert document["drift"] == []
     _one_apply_converges(tmp_path, repo)
+
+
+def test_a_refresh_only_apply_leaves_repo_changes_for_what_they_are(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """`apply --refresh-only` repairs drift alone: the repo's pending change is not
+    applied, so it must not be recorded as applied either (it would pass for drift next
+    time, and a `reconcile: report` run would leave it)."""
+    assert apply(tmp_path, repo).returncode == 0
+    port = "unet.acme.vm.web-1.0"
+    addresses = row_named(lab.nb_remote, "Logical_Switch_Port", port)["addresses"]
+    lab.nbctl("lsp-set-addresses", port, "02:00:00:00:00:99 10.10.1.99")  # drift
+    network = repo / NETWORK
+    network.write_text(network.read_text() + SUBNET_AAA)  # a change in the repo
+    done = apply(tmp_path, repo, "--refresh-only")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert row_named(lab.nb_remote, "Logical_Switch_Port", port)["addresses"] == addresses
+    assert not [r for r in rows(lab.nb_remote, "Logical_Switch") if r["name"].endswith(".aaa")]
+    planned = json.loads(plan(tmp_path, repo, "--format", "json").stdout)
+    assert planned["has_changes"]
+    assert planned["drift"] == [], "the repo's change is not drift"
