@@ -2,8 +2,9 @@
 
 One `FakeCluster` is one API server on 127.0.0.1 (port 0), speaking plain HTTP with a
 bearer token. It serves list/get/create/replace/server-side-apply/delete for the
-custom resources unet writes and for Leases, answers errors with the recorded Status
-bodies in responses/, and checks every stored object against the upstream CRDs.
+custom resources unet writes, Leases and ConfigMaps (core `/api/v1`), answers errors
+with the recorded Status bodies in responses/, and checks every stored object against
+the upstream CRDs (ConfigMaps against the API server's built-in ConfigMap validation).
 """
 
 from __future__ import annotations
@@ -23,35 +24,50 @@ from urllib.parse import parse_qs, urlparse
 
 import yaml
 
-from ..support.crds import load_crds, validate_object
+from ..support.crds import CORE_KINDS, load_crds, validate_object
 
 RESPONSES = Path(__file__).resolve().parent / "responses"
 TOKEN = "contract-test-token"
 USER = "system:serviceaccount:unet-system:unet"
 CUDN_FINALIZER = "k8s.ovn.org/user-defined-network-protection"
 
-# plural -> (group, version, kind, namespaced)
+# plural -> (group, version, kind, namespaced); group "" is the core group under /api
 RESOURCES = {
     "clusteruserdefinednetworks": ("k8s.ovn.org", "v1", "ClusterUserDefinedNetwork", False),
     "ipaddresspools": ("metallb.io", "v1beta1", "IPAddressPool", True),
     "l2advertisements": ("metallb.io", "v1beta1", "L2Advertisement", True),
+    "multi-networkpolicies": ("k8s.cni.cncf.io", "v1beta1", "MultiNetworkPolicy", True),
     "leases": ("coordination.k8s.io", "v1", "Lease", True),
+    "configmaps": ("", "v1", "ConfigMap", True),
 }
+#: Built-in kinds: served whatever CRDs a test leaves out.
+ALWAYS_SERVED = ("leases", "configmaps")
 #: Maps that server-side apply treats as one value (x-kubernetes-map-type: atomic).
 ATOMIC = {("spec", "namespaceSelector")}
-_PATH = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/"
+_PATH = re.compile(r"^/(?:api|apis/(?P<group>[^/]+))/(?P<version>[^/]+)/"
                    r"(?:namespaces/(?P<namespace>[^/]+)/)?(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?$")
+_NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
+_SELECTOR_TERM = re.compile(r"^\s*([^=!\s]+)\s*(==|=|!=)\s*([^=!\s]*)\s*$")
+#: A real cluster's kube-controller-manager puts this ConfigMap in every namespace.
+ROOT_CA = "kube-root-ca.crt"
+
+
+def api_version(group: str, version: str) -> str:
+    return f"{group}/{version}" if group else version
 
 
 def response(template: str, **values: Any) -> dict[str, Any]:
     """A recorded Status body with its {placeholders} filled in."""
     body = json.loads((RESPONSES / f"{template}.json").read_text())
+    core = values.get("group") == ""  # "configmaps" not "configmaps.", "v1" not "/v1"
 
     def fill(node: Any) -> Any:
         if isinstance(node, str):
+            if core:
+                node = node.replace(".{group}", "").replace("{group}/", "")
             return re.sub(r"\{(\w+)\}", lambda m: str(values.get(m.group(1), m.group(0))), node)
-        if isinstance(node, dict):
-            return {k: fill(v) for k, v in node.items()}
+        if isinstance(node, dict):  # details.group is left out for the core group
+            return {k: fill(v) for k, v in node.items() if not (core and v == "{group}")}
         if isinstance(node, list):
             return [fill(v) for v in node]
         return node
@@ -177,8 +193,7 @@ class FakeCluster:
                  finalizer_seconds: float | None = None, plain_404: bool = False) -> None:
         self.name = name
         self.plain_404 = plain_404  # an unserved API group: a bare "404 page not found"
-        self.served = set(kinds if kinds is not None else RESOURCES)
-        self.served.add("leases")
+        self.served = set(kinds if kinds is not None else RESOURCES) | set(ALWAYS_SERVED)
         self.namespaces = set(namespaces)
         self.finalizer_seconds = finalizer_seconds  # None: the CUDN controller is absent
         self.store: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -193,6 +208,12 @@ class FakeCluster:
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
                                        daemon=True)
+        for namespace in sorted(self.namespaces):
+            self.put({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": ROOT_CA, "namespace": namespace},
+                      "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\n(contract test)\n"
+                                         "-----END CERTIFICATE-----\n"}},
+                     manager="kube-controller-manager")
 
     @property
     def url(self) -> str:
@@ -237,13 +258,13 @@ class FakeCluster:
                 p for p in changed if get_path(new, p) is not _MISSING)
             self._store(key, new, old)
 
-    def put(self, obj: dict[str, Any]) -> None:
+    def put(self, obj: dict[str, Any], manager: str = "kubectl-client-side-apply") -> None:
         """An object created by someone else, as is."""
         plural = next(p for p, r in RESOURCES.items() if r[2] == obj["kind"])
         with self.lock:
             meta = obj["metadata"]
             key = (plural, meta.get("namespace", ""), meta["name"])
-            self.owners[key] = {"kubectl-client-side-apply": leaf_paths(obj)}
+            self.owners[key] = {manager: leaf_paths(obj)}
             self._store(key, copy.deepcopy(obj), None)
 
     def remove(self, plural: str, name: str, namespace: str = "") -> None:
@@ -272,7 +293,7 @@ class FakeCluster:
                                else response("status_resource_not_found"))
             plural, name, namespace = match["plural"], match["name"], match["namespace"] or ""
             group, version, kind, _ = RESOURCES[plural]
-            if (match["group"], match["version"]) != (group, version):
+            if (match["group"] or "", match["version"]) != (group, version):
                 raise ApiError(404, response("status_resource_not_found"))
             names = {"plural": plural, "group": group, "version": version, "kind": kind,
                      "name": name or "", "namespace": namespace, "user": USER}
@@ -323,13 +344,16 @@ class FakeCluster:
                         {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
                          "message": "the initial names have been accepted",
                          "lastTransitionTime": now()}],
-                        "acceptedNames": crd["spec"]["names"], "storedVersions": ["v1"]}
+                        "acceptedNames": crd["spec"]["names"],
+                        "storedVersions": [v["name"] for v in crd["spec"]["versions"]
+                                           if v.get("storage")]}
                     return crd  # type: ignore[no-any-return]
             raise ApiError(404, response("status_object_not_found", name=name,
                                          plural="customresourcedefinitions",
                                          group="apiextensions.k8s.io"))
-        if path.startswith("/api/v1/namespaces/"):
-            name = path.rsplit("/", 1)[1]
+        namespace = _NAMESPACE_PATH.match(path)
+        if namespace:
+            name = namespace["name"]
             if name not in self.namespaces:
                 raise ApiError(404, response("status_namespace_not_found", namespace=name))
             return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
@@ -340,11 +364,17 @@ class FakeCluster:
               names: dict[str, Any]) -> dict[str, Any]:
         items = [copy.deepcopy(o) for (p, ns, _), o in sorted(self.store.items())
                  if p == plural and (not namespace or ns == namespace)]
-        selector = query.get("labelSelector")
-        if selector:
-            wanted = dict(part.split("=", 1) for part in selector.split(","))
-            items = [o for o in items if all(
-                (o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())]
+        labels = _selector(query.get("labelSelector", ""))
+        fields = _selector(query.get("fieldSelector", ""))
+        for key, _, _ in fields:
+            if key not in ("metadata.name", "metadata.namespace"):
+                raise ApiError(400, response("status_bad_request",
+                                             message=f"field label not supported: {key}"))
+        items = [o for o in items
+                 if all(((o["metadata"].get("labels") or {}).get(k) == v) == equal
+                        for k, equal, v in labels)
+                 and all((o["metadata"].get(k.split(".")[1], "") == v) == equal
+                         for k, equal, v in fields)]
         start = int(query.get("continue") or 0)
         limit = int(query.get("limit") or 0) or len(items)
         page = items[start:start + limit]
@@ -431,6 +461,8 @@ class FakeCluster:
             return copy.deepcopy(found)
         del self.store[key]
         self.owners.pop(key, None)
+        if not names["group"]:  # the core registry answers with a Status, not the object
+            return response("status_deleted", uid=found["metadata"]["uid"], **names)
         return copy.deepcopy(found)
 
     def _reap(self) -> None:
@@ -450,7 +482,8 @@ class FakeCluster:
                ) -> dict[str, Any]:
         plural = key[0]
         group, version, kind, _ = RESOURCES[plural]
-        obj["apiVersion"], obj["kind"] = f"{group}/{version}", kind
+        obj["apiVersion"], obj["kind"] = api_version(group, version), kind
+        crd = self.crds.get((obj["apiVersion"], kind))
         meta = obj["metadata"]
         if old is not None:
             for server_field in ("uid", "creationTimestamp", "generation", "finalizers",
@@ -462,7 +495,9 @@ class FakeCluster:
             if "status" in old:
                 obj["status"] = old["status"]
         else:
-            meta.update(uid=str(uuid.uuid4()), creationTimestamp=now(), generation=1)
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=now())
+            if crd is not None:  # built-in ConfigMaps and Leases have no generation
+                meta["generation"] = 1
             if plural == "clusteruserdefinednetworks" and self.finalizer_seconds is not None:
                 meta["finalizers"] = [CUDN_FINALIZER]
                 obj["status"] = {"conditions": [{
@@ -470,9 +505,9 @@ class FakeCluster:
                     "reason": "NetworkAttachmentDefinitionCreated",
                     "message": "NetworkAttachmentDefinition has been created"}]}
         meta.pop("managedFields", None)
-        crd = self.crds.get((obj["apiVersion"], kind))
         if crd is not None:
             apply_defaults(crd.schema, obj)
+        if crd is not None or (obj["apiVersion"], kind) in CORE_KINDS:
             check = {k: v for k, v in obj.items() if k != "status"}
             before = {k: v for k, v in old.items() if k != "status"} if old else None
             if before is not None:
@@ -494,7 +529,7 @@ class FakeCluster:
                 meta["managedFields"] = self._managed_fields(key, obj)
                 self.store[key] = obj
                 return copy.deepcopy(obj)
-            if obj.get("spec") != old.get("spec"):
+            if "generation" in meta and obj.get("spec") != old.get("spec"):
                 meta["generation"] = int(old["metadata"].get("generation", 1)) + 1
         self._bump(obj)
         meta["managedFields"] = self._managed_fields(key, obj)
@@ -507,6 +542,20 @@ class FakeCluster:
                  "apiVersion": obj["apiVersion"], "time": now(), "fieldsType": "FieldsV1",
                  "fieldsV1": fields_v1(paths)}
                 for manager, paths in sorted(self.owners.get(key, {}).items()) if paths]
+
+
+def _selector(text: str) -> list[tuple[str, bool, str]]:
+    """(key, equal, value) terms of a label or field selector; `in`, `notin` and bare keys
+    are not known here."""
+    terms = []
+    for part in filter(None, text.split(",")):
+        match = _SELECTOR_TERM.match(part)
+        if not match:
+            raise ApiError(400, response(
+                "status_bad_request", message=f"unable to parse requirement: {part!r} (the "
+                "contract-test server knows only key=value, key==value and key!=value)"))
+        terms.append((match[1], match[2] != "!=", match[3]))
+    return terms
 
 
 def _handler(cluster: FakeCluster) -> type[BaseHTTPRequestHandler]:

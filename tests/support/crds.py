@@ -1,4 +1,4 @@
-"""Validate Kubernetes objects the way the API server does for our custom resources.
+"""Validate Kubernetes objects the way the API server does for the kinds unet writes.
 
 Three layers, as the API server applies them to a custom resource:
 
@@ -12,6 +12,9 @@ Three layers, as the API server applies them to a custom resource:
    `containsIP`, `containsCIDR`, `masked`, `prefixLength`). Transition rules (those that
    mention `oldSelf`) run only when the old object is given, as on an update.
 
+ConfigMaps (core `v1`, no CRD) get ObjectMeta and the checks of the API server's
+`ValidateConfigMap`/`ValidateConfigMapUpdate` instead (`configmap_errors`).
+
 The CRDs are read from the upstream copies shipped in `managers/kubernetes/crds/`
 (byte-for-byte, see SOURCES.md there), or from the folder `UNET_CRD_DIR` names. This
 module is used by the tests and by the contract-test API server; cel-python is a test
@@ -20,10 +23,11 @@ dependency: none of this ships with unet.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -39,7 +43,10 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 ANNOTATIONS_MAX_BYTES = 256 * 1024
+CONFIGMAP_MAX_BYTES = 1024 * 1024  # corev1.MaxSecretSize: data and binaryData values together
+CONFIGMAP_FIELDS = ("apiVersion", "kind", "metadata", "data", "binaryData", "immutable")
 
 
 class CrdsMissing(RuntimeError):
@@ -98,6 +105,9 @@ def load_crds(directory: str | None = None) -> dict[tuple[str, str], Crd]:
 def validate_object(obj: dict[str, Any], old: dict[str, Any] | None = None,
                     crds: dict[tuple[str, str], Crd] | None = None) -> list[str]:
     """Every reason the API server would refuse `obj` (an update of `old`, if given)."""
+    core = CORE_KINDS.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+    if core is not None:
+        return core(obj, old)
     crds = load_crds() if crds is None else crds
     crd = crds.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
     if crd is None:
@@ -117,7 +127,7 @@ def _metadata_errors(meta: Any, namespaced: bool) -> list[str]:
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         errors.append("metadata.name: Required value")
-    elif len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+    elif len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
         errors.append(f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain "
                       "must consist of lower case alphanumeric characters, '-' or '.'")
     namespace = meta.get("namespace")
@@ -125,17 +135,17 @@ def _metadata_errors(meta: Any, namespaced: bool) -> list[str]:
         errors.append("metadata.namespace: Required value")
     elif not namespaced and namespace:
         errors.append("metadata.namespace: Forbidden: not allowed on this type (cluster scope)")
-    elif namespace and (len(namespace) > 63 or not _DNS_LABEL.match(namespace)):
+    elif namespace and (len(namespace) > 63 or not _DNS_LABEL.fullmatch(namespace)):
         errors.append(f"metadata.namespace: Invalid value: {namespace!r}")
     for key, value in (meta.get("labels") or {}).items():
         errors += [f"metadata.labels: {e}" for e in _qualified_name_errors(key)]
-        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             errors.append(f"metadata.labels: Invalid value: {value!r}: a valid label must be "
                           "63 characters or less, alphanumeric, '-', '_' or '.'")
     annotations = meta.get("annotations") or {}
     for key in annotations:
         errors += [f"metadata.annotations: {e}" for e in _qualified_name_errors(key)]
-    size = sum(len(k) + len(str(v)) for k, v in annotations.items())
+    size = sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())
     if size > ANNOTATIONS_MAX_BYTES:
         errors.append(f"metadata.annotations: Too long: must have at most "
                       f"{ANNOTATIONS_MAX_BYTES} bytes")
@@ -145,13 +155,73 @@ def _metadata_errors(meta: Any, namespaced: bool) -> list[str]:
 def _qualified_name_errors(key: str) -> list[str]:
     prefix, slash, name = key.rpartition("/")
     errors = []
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
         errors.append(f"Invalid value: {key!r}: prefix part must be a DNS-1123 subdomain")
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
         errors.append(f"Invalid value: {key!r}: name part must consist of alphanumeric "
                       "characters, '-', '_' or '.', at most 63, starting and ending with an "
                       "alphanumeric character")
     return errors
+
+
+def configmap_errors(obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
+    """ValidateConfigMap (ValidateConfigMapUpdate with `old`) of the API server, and the
+    typed decoding before it: unknown fields and non-string values are errors here."""
+    errors = _metadata_errors(obj.get("metadata"), namespaced=True)
+    errors += [f"{key}: field not declared in schema" for key in obj
+               if key not in CONFIGMAP_FIELDS]
+    if not isinstance(obj.get("immutable", False), bool):
+        errors.append("immutable: Invalid value: must be a boolean")
+    binary = obj.get("binaryData") or {}
+    total = 0
+    for field in ("data", "binaryData"):
+        bag = obj.get(field) or {}
+        if not isinstance(bag, dict):
+            errors.append(f"{field}: Invalid value: must be a map of string to string")
+            continue
+        for key, value in bag.items():
+            errors += [f"{field}[{key}]: Invalid value: {key!r}: {message}"
+                       for message in _configmap_key_errors(key)]
+            if field == "data" and isinstance(binary, dict) and key in binary:
+                errors.append(f"data[{key}]: Invalid value: {key!r}: duplicate of key "
+                              "present in binaryData")
+            if not isinstance(value, str):
+                errors.append(f"{field}[{key}]: Invalid value: must be a string")
+                continue
+            try:  # binaryData travels as base64; its decoded bytes count
+                total += len(value.encode() if field == "data"
+                             else base64.b64decode(value, validate=True))
+            except ValueError:
+                errors.append(f"{field}[{key}]: Invalid value: illegal base64 data")
+    if total > CONFIGMAP_MAX_BYTES:
+        errors.append(f"<root>: Too long: must have at most {CONFIGMAP_MAX_BYTES} bytes")
+    if old is not None and old.get("immutable") is True:
+        if obj.get("immutable") is not True:
+            errors.append("immutable: Forbidden: field is immutable when `immutable` is set")
+        errors += [f"{field}: Forbidden: field is immutable when `immutable` is set"
+                   for field in ("data", "binaryData")
+                   if (obj.get(field) or {}) != (old.get(field) or {})]
+    return errors
+
+
+def _configmap_key_errors(key: str) -> list[str]:
+    """IsConfigMapKey of k8s.io/apimachinery."""
+    errors = []
+    if len(key.encode()) > 253:
+        errors.append("must be no more than 253 characters")
+    if not _CONFIGMAP_KEY.fullmatch(key):
+        errors.append("a valid config key must consist of alphanumeric characters, '-', "
+                      "'_' or '.'")
+    if key in (".", ".."):
+        errors.append(f"must not be {key!r}")
+    elif key.startswith(".."):
+        errors.append("must not start with '..'")
+    return errors
+
+
+#: Core kinds (no CRD) and their validation, as the API server's built-in code does it.
+CORE_KINDS: dict[tuple[str, str], Callable[[dict[str, Any], dict[str, Any] | None],
+                                           list[str]]] = {("v1", "ConfigMap"): configmap_errors}
 
 
 def _schema_errors(obj: dict[str, Any], crd: Crd) -> tuple[list[str], bool]:
