@@ -10,7 +10,7 @@ no state hides in the plugin and no call depends on another having been made fir
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from reconciler.model import Model
     from reconciler.objects import BackendObject
     from reconciler.order import Step
+    from reconciler.schema import Manifest
 
 #: Seconds between notices that a run still waits for another run's lock.
 WAIT_NOTICE = 10.0
@@ -157,6 +158,22 @@ class Manager:
         """The physical network a k8s manager's hosting clusters bridge subnets onto (the
         fabric gives each subnet a port there), if it has one."""
         return None
+
+    def hosting_clusters(self) -> tuple[str, ...]:
+        """The hosting clusters a k8s manager runs VMs on (`ComputeInstance.spec.hostingCluster`
+        names one of them)."""
+        return ()
+
+    def unrealisable(self, rule: Any) -> str | None:
+        """Why a k8s manager cannot realise a security-group rule for VMs on its hosting
+        clusters, if it cannot (reported as POLICY_RULE_NOT_REALISED)."""
+        return None
+
+    def bindings(self, workload: Manifest, index: int, binding: Mapping[str, Any]
+                 ) -> list[dict[str, Any]]:
+        """What a workload's attachment `index` needs on this k8s manager's clusters to bind
+        (`binding`: its addresses as bindings.py found them), one entry per cluster."""
+        return []
 
     def connect(self, workdir: Path) -> AbstractContextManager[Session]:
         """Open a session to the backend (`workdir` holds local state, e.g. an embedded

@@ -112,6 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
     saved.add_argument("file", type=Path)
     saved.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     saved.set_defaults(func=_command("show_plan"))
+    binding = show_what.add_parser(
+        "bindings", help="what each workload needs to bind: addresses, gateway, DNS, routes, "
+                         "MTU, segment, the network to attach to on its hosting cluster")
+    _add_repo_arguments(binding)
+    binding.add_argument("--tenant", metavar="NAME", help="only this tenant's workloads")
+    binding.add_argument("--format", choices=("text", "json"), default="text")
+    binding.add_argument("--offline", action="store_true",
+                         help="do not read the backends (a pull request's view): allocated "
+                              "values are shown as (known after apply)")
+    binding.add_argument("--manager", action="append", metavar="NAME",
+                         help="read only this NetworkManager's backend (repeatable)")
+    binding.set_defaults(func=_command("show_bindings"))
     network_class = show_what.add_parser("networkclass",
                                          help="a NetworkClass and its effective capabilities")
     network_class.add_argument("name")

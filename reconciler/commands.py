@@ -259,3 +259,31 @@ def _print_failures(failures: dict[str, str]) -> None:
         shown = ", ".join(uids[:5]) + (f" and {len(uids) - 5} more" if len(uids) > 5 else "")
         print(f"  {why}\n    ({len(uids)} steps: {shown})", file=sys.stderr)
     print("run `unet apply` again once the cause is fixed", file=sys.stderr)
+
+
+# --- show bindings --------------------------------------------------------------------------
+
+
+def show_bindings(args: argparse.Namespace) -> int:
+    """Per workload attachment, what it needs to bind, from the live backends (or, with
+    --offline, from the repo alone: allocated values are known after apply)."""
+    import json
+
+    from .bindings import bindings, render_text
+    from .pipeline import render_desired
+
+    head = _validated_head(args.path, args.rev, args.max_file_size)
+    if head is None:
+        return EXIT_ERROR
+    assert head.context is not None
+    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
+        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+        return EXIT_ERROR
+    desired = render_desired(head, {}, new_are_unknown=True) if args.offline else \
+        engine.read_desired(head, RunOptions(workdir=Path.cwd(), only=args.manager))
+    document = bindings(desired.model, desired.allocations, desired.managers, args.tenant)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(render_text(document))
+    return EXIT_OK

@@ -152,6 +152,13 @@ CODES: dict[str, CodeInfo] = {
     "CLUSTER_CIDR_OVERLAP": CodeInfo(
         "Workloads", _E, "pod/service CIDRs overlap each other, the subnet or the VN"
     ),
+    "HOSTING_CLUSTER_UNKNOWN": CodeInfo(
+        "Workloads", _E, "`hostingCluster` is not a cluster of the network's k8sManager"
+    ),
+    "POLICY_RULE_NOT_REALISED": CodeInfo(
+        "Workloads", _W, "a rule a VM's hosting cluster cannot express (ICMP, a port "
+        "range): left out there"
+    ),
     "CLUSTER_PREREQUISITE_MISSING": CodeInfo(
         "Workloads", _E, "no `api` ExternalIPAttachment or no NATGateway for a Cluster"
     ),
@@ -194,6 +201,12 @@ CODES: dict[str, CodeInfo] = {
         "Between two revisions (PR mode) and at plan time",
         _E,
         "the plan deletes every object of the installation and `allowEmpty` is false",
+    ),
+    "ALLOCATION_UNRECORDED": CodeInfo(
+        "Between two revisions (PR mode) and at plan time",
+        _E,
+        "a k8s manager alone would publish a segment id or a VM's addresses that its fabric "
+        "has not recorded",
     ),
     "NAME_CONFLICT": CodeInfo(
         "Between two revisions (PR mode) and at plan time",

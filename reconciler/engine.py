@@ -30,8 +30,8 @@ from managers.base import ApplyOutcome, Manager, Observation, ProgressFactory, S
 from .diff import NOOP, Change, diff
 from .errors import UnetError
 from .model import Model
-from .objects import BackendObject, index_objects
-from .pipeline import allocation_readers, managers_of, plan_live
+from .objects import BackendObject, index_objects, observed_allocations
+from .pipeline import Desired, allocation_readers, managers_of, plan_live, render_desired
 from .plan import Plan, restrict_to
 from .plan_io import DIGEST_FIELD, plan_to_json
 from .validate import Validation
@@ -119,6 +119,18 @@ def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
             outcome.reports = _reports(sessions, plan.changes, done)
         _record(sessions, full, todo, outcome)
     return outcome
+
+
+def read_desired(head: Validation, options: RunOptions) -> Desired:
+    """The desired state with the allocations the backends hold, read without their locks
+    (nothing is changed); what is not allocated yet is unknown."""
+    model = Model(head.context)  # type: ignore[arg-type]
+    managers = managers_of(model, options.only, resolve=True)
+    with contextlib.ExitStack() as stack:
+        sessions = [stack.enter_context(managers[name].connect(options.workdir))
+                    for name in sorted(managers)]
+        observed = [obj for session in sessions for obj in session.observe().objects]
+    return render_desired(head, observed_allocations(observed), new_are_unknown=True)
 
 
 @contextlib.contextmanager

@@ -77,6 +77,11 @@ class Model:
                 out[(workload.tenant, subnet)].append(workload)
         return out
 
+    @staticmethod
+    def hosting_cluster(workload: Manifest) -> str | None:
+        """The hosting cluster a VM runs on (KubeVirt), or None: its ports are the fabric's."""
+        return getattr(workload.obj.spec, "hosting_cluster", None)
+
     def network_of_workload(self, workload: Manifest) -> str | None:
         subnet = self.get("Subnet", workload.tenant,
                           workload.obj.spec.network_attachments[0].subnet)

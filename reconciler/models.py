@@ -355,6 +355,10 @@ def attachment_identity(attachment: NetworkAttachment) -> list[Any]:
 
 class ComputeInstanceSpec(_Model):
     network_attachments: list[NetworkAttachment] = Field(min_length=1, max_length=8)
+    hosting_cluster: Name | None = Field(
+        default=None,
+        description="The hosting cluster (of the network's k8sManager) the VM runs on, as a "
+                    "KubeVirt VM; default: a VM on the OVN fabric")
 
 
 class ComputeInstance(_TenantResource):

@@ -17,7 +17,7 @@ import pydantic
 
 from managers.base import Exposure, Manager, Observation
 
-from .allocate import Allocations, allocate
+from .allocate import Allocations, allocate, ip_of_port, mac_of_port, port_key, segment_key
 from .diagnostics import Diagnostic, json_pointer
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change, diff
 from .errors import UnetError
@@ -250,8 +250,8 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     allocations they record.
     """
     observed = [obj for name in sorted(observations) for obj in observations[name].objects]
-    desired = render_desired(head, observed_allocations([*observed, *hints]),
-                             only=list(managers))
+    held = observed_allocations([*observed, *hints])
+    desired = render_desired(head, held, only=list(managers))
     describe = desired.describer()
     prune = bool(desired.model.config.prune)
     changes = diff(index_objects(desired.objects), index_objects(observed), prune)
@@ -262,6 +262,7 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     diagnostics += _safety(changes, desired, observed, {}, head_manifests)
     diagnostics += _conflicts(observations, changes)
     diagnostics += _allocation_problems(desired)
+    diagnostics += _unrecorded(desired.model, held, managers)
     digests = {name: desired_digest([o for o in desired.objects if o.manager == name])
                for name in managers}
     unchanged = all(observations[name].applied_digest == digest
@@ -273,6 +274,39 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     plan.managers = {m.name: {"plugin": m.obj.spec.plugin, "config": m.obj.spec.config}
                      for m in desired.model.kind("NetworkManager") if m.name in managers}
     return plan
+
+
+def _unrecorded(model: Model, held: Mapping[str, Held],
+                managers: Mapping[str, Manager]) -> list[Diagnostic]:
+    """A k8s manager run without its class's fabric manager must not publish values the
+    fabric allocates and has not recorded yet (a subnet's segment id, the addresses of a
+    VM on a hosting cluster): nothing would hold them, and the fabric could later hand
+    them to someone else."""
+    out = []
+    for manifest in (*model.kind("Subnet"), *model.kind("ComputeInstance")):
+        hosted = manifest.kind == "ComputeInstance"
+        vn = model.network_of_workload(manifest) if hosted else \
+            manifest.obj.spec.virtual_network
+        cls = model.class_of(manifest.tenant, vn) if vn is not None else None
+        if cls is None or cls.obj.spec.k8s_manager not in managers \
+                or cls.obj.spec.fabric_manager in managers \
+                or (hosted and not model.hosting_cluster(manifest)):
+            continue
+        keys = [segment_key(manifest.tenant, manifest.name)] if not hosted else [
+            key for index, attachment in enumerate(manifest.obj.spec.network_attachments)
+            for key in (mac_of_port(port_key(manifest, index)),
+                        *(ip_of_port(port_key(manifest, index), version) for version in
+                          sorted(model.subnet_spaces(manifest.tenant, attachment.subnet))))]
+        new = [key for key in keys if key not in held]
+        if new:
+            fabric = cls.obj.spec.fabric_manager
+            out.append(Diagnostic(
+                "ALLOCATION_UNRECORDED",
+                f"{manifest.ref} has values that no backend records yet ({', '.join(new)}); "
+                f"the fabric manager '{fabric}' records them, and it is not part of this run",
+                file=manifest.doc.file, line=manifest.doc.line, path="",
+                hint=f"apply with --manager {fabric} too (or first)"))
+    return out
 
 
 def _drift_exposure(plan: Plan, describe: Describer) -> list[dict[str, str]]:

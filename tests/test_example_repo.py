@@ -12,10 +12,13 @@ from reconciler.validate import validate_repo
 from .conftest import EXAMPLE
 
 
-def test_example_is_valid_with_one_pending_attachment() -> None:
+def test_example_is_valid_with_its_two_standing_warnings() -> None:
+    """A pending attachment (web-3 is not declared yet) and web's ICMP rule, which web-k1's
+    hosting cluster cannot express."""
     result = validate_repo(EXAMPLE)
     assert result.ok, [d for d in result.diagnostics if d.is_error]
-    assert [d.code for d in result.diagnostics] == ["TARGET_PENDING"]
+    assert sorted(d.code for d in result.diagnostics) == ["POLICY_RULE_NOT_REALISED",
+                                                          "TARGET_PENDING"]
     kinds = {m.kind for m in result.manifests}
     assert len(kinds) == 15, "the example uses every kind"
 
@@ -24,8 +27,9 @@ def test_cli_exit_code_and_json(capsys) -> None:
     assert main(["validate", str(EXAMPLE), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["valid"] is True
-    assert report["summary"]["warnings"] == 1
-    assert report["diagnostics"][0]["code"] == "TARGET_PENDING"
+    assert report["summary"]["warnings"] == 2
+    assert sorted(d["code"] for d in report["diagnostics"]) == ["POLICY_RULE_NOT_REALISED",
+                                                                "TARGET_PENDING"]
 
 
 def test_rev_mode_reads_git_objects_not_the_work_tree(example_copy: Path) -> None:

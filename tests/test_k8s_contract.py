@@ -28,7 +28,7 @@ from managers.kubernetes import KubernetesConfig, KubernetesManager, live
 from reconciler.cli import main
 
 from .k8s_fixtures.server import USER, FakeCluster, refused_url, write_kubeconfig
-from .test_plan_golden import copy_example, edit_docs, edit_text, find_doc
+from .test_plan_golden import append_doc, copy_example, edit_docs, edit_text, find_doc
 
 CUDNS, POOLS, ADVERTISEMENTS = "clusteruserdefinednetworks", "ipaddresspools", \
     "l2advertisements"
@@ -74,10 +74,15 @@ class Env:
         return [o["metadata"]["name"] for o in self.clusters[cluster].objects(plural)]
 
 
+#: A hosting cluster's namespaces: unet's, MetalLB's and the example's tenants'.
+NAMESPACES = ("default", "unet-system", "metallb-system", "acme", "initech")
+
+
 @contextlib.contextmanager
 def _clusters(**options: dict[str, Any]) -> Iterator[dict[str, FakeCluster]]:
     with contextlib.ExitStack() as stack:
-        yield {name: stack.enter_context(FakeCluster(name, **options.get(name, {})))
+        yield {name: stack.enter_context(FakeCluster(
+                   name, **{"namespaces": NAMESPACES, **options.get(name, {})}))
                for name in ("hosting-a1", "hosting-a2")}
 
 
@@ -94,6 +99,10 @@ def make_env(tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
         monkeypatch.chdir(tmp_path)
         repo = copy_example(tmp_path / "repo")
+        # The fabric records web-k1's addresses first (the embedded Northbound): a k8s
+        # manager alone never publishes addresses no backend holds (ALLOCATION_UNRECORDED).
+        assert main(["apply", str(repo), "--manager", "ovn", "--auto-approve"]) == 0
+        capsys.readouterr()
         return Env(tmp_path, repo, kubeconfig, capsys, clusters)
 
     with stack:
@@ -115,6 +124,40 @@ def applied(env: Env) -> Env:
 # --- plan and apply --------------------------------------------------------------------------
 
 
+def test_contract_policies_and_bindings_are_applied_and_kept(applied: Env) -> None:
+    """The MultiNetworkPolicies and the bindings ConfigMap: written, read back without a
+    change, an edit of a policy's rules is drift that the apply takes back, and a ConfigMap
+    of that name that is not ours is never overwritten."""
+    a1 = applied.clusters["hosting-a1"]
+    policy = a1.get("multi-networkpolicies", "unet.web.web", "acme")
+    assert policy is not None
+    assert policy["metadata"]["annotations"]["k8s.v1.cni.cncf.io/policy-for"] == \
+        "acme/unet.acme.web"
+    assert policy["spec"]["podSelector"]["matchExpressions"][0]["values"] == ["web-k1"]
+    bindings = a1.get("configmaps", "unet-bindings.kubernetes", "acme")
+    assert bindings is not None
+    binding = json.loads(bindings["data"]["vm.web-k1.json"])
+    assert binding["attachments"][0]["clusters"][0]["network"] == "unet.acme.web"
+    assert applied.plan("--detailed-exitcode")[0] == 0, "read back exactly as written"
+
+    a1.edit("multi-networkpolicies", "unet.web.web", lambda o: o["spec"].update(
+        ingress=[{"from": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]), namespace="acme")
+    code, out, _ = applied.plan("--detailed-exitcode")
+    assert code == 2 and "~ MultiNetworkPolicy unet.web.web in acme on cluster hosting-a1" in out
+    assert "drift opens all traffic from 0.0.0.0/0 (anywhere) to acme/prod/web on hosting " \
+           "cluster hosting-a1" in out
+    code, out, err = applied.apply()
+    assert code == 0 and "Apply complete: 0 created, 1 updated, 0 deleted" in out, err
+
+    applied.clusters["hosting-a2"].remove("configmaps", "unet-bindings.kubernetes", "initech")
+    applied.clusters["hosting-a2"].put({
+        "apiVersion": "v1", "kind": "ConfigMap", "data": {"mine": "yes"},
+        "metadata": {"name": "unet-bindings.kubernetes", "namespace": "initech"}})
+    code, out, _ = applied.plan()
+    assert code == 1 and "NAME_CONFLICT" in out
+    assert "ConfigMap initech/unet-bindings.kubernetes on cluster hosting-a2" in out
+
+
 def test_contract_plan_shows_objects_per_cluster_and_apply_writes_them(env: Env) -> None:
     code, out, _ = env.plan()
     assert code == 0
@@ -127,7 +170,7 @@ def test_contract_plan_shows_objects_per_cluster_and_apply_writes_them(env: Env)
 
     code, out, err = env.apply()
     assert code == 0, err
-    assert "Apply complete: 24 created, 0 updated, 0 deleted" in out
+    assert "Apply complete: 37 created, 0 updated, 0 deleted" in out
     assert "  hosting-a1: 4 of 4 subnets ready" in out
     assert "Subnets ready on every hosting cluster: 4 of 4" in out
     for name, cluster in env.clusters.items():
@@ -174,7 +217,7 @@ def test_contract_saved_plan_applies_and_then_is_stale(env: Env) -> None:
     assert code == 0
     code, out, err = env.unet("apply", str(plan), "--auto-approve")
     assert code == 0, err
-    assert "Apply complete: 24 created" in out
+    assert "Apply complete: 37 created" in out
     code, _, err = env.unet("apply", str(plan), "--auto-approve")
     assert code == 1 and "the backends changed since the plan was made" in err
 
@@ -262,7 +305,7 @@ def test_contract_changed_localnet_is_replaced_after_the_finalizer(make_env: Any
     assert "-/+ ClusterUserDefinedNetwork unet.acme.web on cluster hosting-a1" in out
     code, out, err = env.apply()
     assert code == 0, err
-    assert "Apply complete: 2 created, 0 updated, 2 deleted" in out
+    assert "Apply complete: 2 created, 2 updated, 2 deleted" in out  # bindings: the MTU
     new = env.clusters["hosting-a1"].get(CUDNS, "unet.acme.web")
     assert new["metadata"]["uid"] != old_uid
     assert new["spec"]["network"]["localnet"]["mtu"] == 1400
@@ -280,7 +323,7 @@ def test_contract_replace_gives_up_on_a_stuck_finalizer(make_env: Any) -> None:
     assert "ClusterUserDefinedNetwork unet.acme.web on cluster hosting-a1 (context " \
            "hosting-a1) is still being deleted after 0.3 s (finalizers: " \
            "k8s.ovn.org/user-defined-network-protection)" in err
-    assert "Apply complete: 1 created, 0 updated, 2 deleted" in out  # hosting-a2 replaced
+    assert "Apply complete: 1 created, 2 updated, 2 deleted" in out  # hosting-a2 replaced
     assert "hosting-a1: 3 of 4 subnets ready" in out
 
 
@@ -310,7 +353,7 @@ def test_contract_prune_deletes_only_ours(applied: Env) -> None:
     assert "team-net" not in out
     code, out, err = applied.apply()
     assert code == 0, err
-    assert "Apply complete: 0 created, 0 updated, 6 deleted" in out
+    assert "Apply complete: 0 created, 0 updated, 10 deleted" in out
     assert applied.names("hosting-a1", CUDNS) == ["team-net", *SUBNETS[:3]]
     assert applied.names("hosting-a2", POOLS) == SUBNETS[:3]
 
@@ -357,8 +400,8 @@ def test_contract_unreachable_cluster_fails_only_its_steps(env: Env) -> None:
 
     code, out, err = env.apply()
     assert code == 1
-    assert "Apply complete: 12 created" in out
-    assert "unet: 12 steps failed; everything else was applied:" in err
+    assert "Apply complete: 19 created" in out
+    assert "unet: 18 steps failed; everything else was applied:" in err
     assert "cluster hosting-a2 (context hosting-a2) is unreachable" in err
     assert "hosting-a1: 4 of 4 subnets ready" in out
     assert "Subnets ready on every hosting cluster: 0 of 4" in out
@@ -367,7 +410,7 @@ def test_contract_unreachable_cluster_fails_only_its_steps(env: Env) -> None:
     env.point()  # hosting-a2 is back
     code, out, err = env.apply()
     assert code == 0, err
-    assert "Apply complete: 12 created" in out
+    assert "Apply complete: 18 created" in out
     assert env.names("hosting-a2", CUDNS) == SUBNETS
     assert env.plan("--detailed-exitcode")[0] == 0
 
@@ -590,7 +633,7 @@ def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) 
     env.point(**{"hosting-a2": refused_url()})
     code, out, err = env.unet("apply", str(env.repo), "--auto-approve")
     assert code == 1
-    assert "12 steps failed" in err and "hosting-a2 (context hosting-a2) is unreachable" in err
+    assert "18 steps failed" in err and "hosting-a2 (context hosting-a2) is unreachable" in err
     code, out, _ = env.unet("plan", str(env.repo), "--manager", "ovn", "--detailed-exitcode")
     assert code == 0, out  # the fabric was applied
 
@@ -643,3 +686,27 @@ spec:
         for cudn in cluster.objects(CUDNS):
             owner = cudn["metadata"]["annotations"]["network.osac.io/owner"]
             assert cudn["spec"]["network"]["localnet"]["vlan"]["access"]["id"] == tags[owner]
+
+
+def test_contract_a_k8s_manager_alone_never_publishes_unrecorded_addresses(env: Env) -> None:
+    """A new VM on a hosting cluster gets its addresses from the fabric, which records
+    them: applying the k8s manager without it would publish addresses nothing holds."""
+    append_doc(env.repo, "tenants/acme/compute.yaml", {
+        "apiVersion": "network.osac.io/v1alpha1", "kind": "ComputeInstance",
+        "metadata": {"name": "web-k2"},
+        "spec": {"hostingCluster": "hosting-a2",
+                 "networkAttachments": [{"subnet": "web", "securityGroups": ["web"]}]}})
+    append_doc(env.repo, "tenants/acme/network.yaml", {
+        "apiVersion": "network.osac.io/v1alpha1", "kind": "Subnet", "metadata": {"name": "cache"},
+        "spec": {"virtualNetwork": "prod", "ipv4Cidr": "10.10.3.0/24"}})
+    code, out, _ = env.plan()
+    assert code == 1
+    assert "error ALLOCATION_UNRECORDED" in out and "ComputeInstance/acme/web-k2 has " \
+        "values that no backend records yet" in out and "--manager ovn" in out
+    assert "Subnet/acme/cache has values that no backend records yet (segment/acme/cache)" \
+        in out
+    code, _, err = env.apply()
+    assert code == 1 and "unet-bindings.kubernetes" not in env.names("hosting-a2", "configmaps")
+    code, out, err = env.unet("apply", str(env.repo), "--auto-approve")
+    assert code == 0, err
+    assert env.plan("--detailed-exitcode")[0] == 0

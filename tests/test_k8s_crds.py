@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from managers.kubernetes.live import LABEL_INSTALLATION, to_backend, to_body
-from managers.kubernetes.render import RenderError
 from reconciler.diff import diff
 from reconciler.objects import TAG_HASH, TAG_IMMUTABLE, observed_allocations
 from reconciler.pipeline import render_desired
@@ -52,36 +51,42 @@ def test_missing_crd_folder_is_a_clear_error(tmp_path: Path,
         validate.crd_dir()
 
 
-def test_example_renders_cudn_and_metallb_for_both_clusters(rendered: list[Any]) -> None:
+def test_example_renders_every_kind_for_both_clusters(rendered: list[Any]) -> None:
     keys = sorted(o.key for o in rendered)
     subnets = ["acme.db", "acme.nodes", "acme.web", "initech.build"]
+    clusters = ("hosting-a1", "hosting-a2")
     assert keys == sorted(
-        f"{cluster}/{kind}/unet.{s}" for cluster in ("hosting-a1", "hosting-a2")
-        for s in subnets for kind in (CUDN, "IPAddressPool/metallb-system",
-                                      "L2Advertisement/metallb-system"))
+        [f"{cluster}/{kind}/unet.{s}" for cluster in clusters
+         for s in subnets for kind in (CUDN, "IPAddressPool/metallb-system",
+                                       "L2Advertisement/metallb-system")]
+        + [f"{cluster}/MultiNetworkPolicy/{s.split('.')[0]}/unet.{s.split('.')[1]}"
+           for cluster in clusters for s in subnets]
+        + ["hosting-a1/MultiNetworkPolicy/acme/unet.web.web"]  # web-k1 runs there
+        + [f"{cluster}/ConfigMap/{tenant}/unet-bindings.kubernetes" for cluster in clusters
+           for tenant in ("acme", "initech")])
     web = next(o for o in rendered if o.key == f"hosting-a1/{CUDN}/unet.acme.web")
     localnet = web.fields["spec"]["network"]["localnet"]
     assert web.fields["spec"]["network"]["topology"] == "Localnet"
     assert localnet["role"] == "Secondary"
     assert localnet["physicalNetworkName"] == "physnet-tenant"
-    assert localnet["subnets"] == ["10.10.1.0/24", "fd10:aaaa:0:1::/64"]
-    # gateway (v4 and v6) and the /28 VIP block of the /24 (vipPrefixLength 28)
-    assert localnet["excludeSubnets"] == ["10.10.1.1/32", "10.10.1.240/28",
-                                          "fd10:aaaa:0:1::1/128"]
+    assert localnet["ipam"] == {"mode": "Disabled"}, "unet hands out every address"
+    assert "subnets" not in localnet and "excludeSubnets" not in localnet
     assert localnet["mtu"] == 1500
     assert localnet["vlan"]["mode"] == "Access"
     assert web.fields["spec"]["namespaceSelector"] == {
-        "matchLabels": {"network.osac.io/tenant": "acme"}}
+        "matchLabels": {"network.osac.io/tenant": "acme", "kubernetes.io/metadata.name": "acme"}}
     pool = next(o for o in rendered
                 if o.key == "hosting-a1/IPAddressPool/metallb-system/unet.acme.web")
     assert pool.fields["spec"]["addresses"] == ["10.10.1.240/28"]
 
 
-@pytest.mark.parametrize("kind", [CUDN, "IPAddressPool", "L2Advertisement"])
+@pytest.mark.parametrize(("kind", "count"), [
+    (CUDN, 8), ("IPAddressPool", 8), ("L2Advertisement", 8), ("MultiNetworkPolicy", 9),
+    ("ConfigMap", 4)])
 def test_every_rendered_object_validates_against_the_upstream_crd(rendered: list[Any],
-                                                                  kind: str) -> None:
+                                                                  kind: str, count: int) -> None:
     objects = [o for o in rendered if o.table == kind]
-    assert len(objects) == 8
+    assert len(objects) == count
     for obj in objects:
         body = to_body(obj, "example", "kubernetes")  # with our labels and annotations
         assert validate.validate_object(body) == [], obj.key
@@ -129,19 +134,30 @@ BAD = {
     "Localnet topology without localnet (CEL)": (
         lambda o: o["spec"]["network"].pop("localnet"), "spec.localnet is required"),
     "mtu below 1280 with an IPv6 subnet (CEL)": (
-        lambda o: _localnet(o).update(mtu=1279), "greater than or equal to 1280"),
+        lambda o: _localnet(o).update(mtu=1279, ipam={"mode": "Enabled"},
+                                      subnets=["fd10:aaaa:0:1::/64"]),
+        "greater than or equal to 1280"),
     "two subnets of one family (CEL)": (
-        lambda o: _localnet(o).update(subnets=["10.0.0.0/24", "10.0.1.0/24"]),
+        lambda o: _localnet(o).update(subnets=["10.0.0.0/24", "10.0.1.0/24"], ipam={}),
         "different IP families"),
+    "subnets with IPAM disabled (CEL)": (
+        lambda o: _localnet(o).update(subnets=["10.10.1.0/24"]), "forbidden otherwise"),
+    "IPAM enabled without subnets (CEL)": (
+        lambda o: _localnet(o).update(ipam={"mode": "Enabled"}), "Subnets is required"),
     "an excludeSubnets entry that is not a CIDR (CEL isCIDR)": (
-        lambda o: _localnet(o).update(excludeSubnets=["10.10.1.300/32"]), "CIDR is invalid"),
+        lambda o: _localnet(o).update(excludeSubnets=["10.10.1.300/32"], ipam={},
+                                      subnets=["10.10.1.0/24"]), "CIDR is invalid"),
     "excludeSubnets without subnets (CEL)": (
-        lambda o: _localnet(o).pop("subnets"), "excludeSubnets must be unset"),
+        lambda o: _localnet(o).update(excludeSubnets=["10.10.1.1/32"]),
+        "excludeSubnets must be unset"),
+    "persistent IPs with IPAM disabled (CEL)": (
+        lambda o: _localnet(o)["ipam"].update(lifecycle="Persistent"),
+        "lifecycle Persistent is only supported"),
     "vlan mode Access without access (CEL)": (
         lambda o: _localnet(o)["vlan"].pop("access"), "vlan access config is required"),
     "26 excludeSubnets (schema maxItems 25)": (
-        lambda o: _localnet(o).update(excludeSubnets=[f"10.10.1.{i}/32" for i in
-                                                      range(2, 28)]), "too long"),
+        lambda o: _localnet(o).update(excludeSubnets=[f"10.10.1.{i}/32" for i in range(2, 28)],
+                                      ipam={}, subnets=["10.10.1.0/24"]), "too long"),
     "role Primary on localnet (schema enum)": (
         lambda o: _localnet(o).update(role="Primary"), "is not one of"),
     "an unknown field (would be pruned)": (
@@ -227,7 +243,9 @@ def test_kubernetes_cel_cidr_and_ip_functions(rule: str, value: str, expected: b
 # --- render rules ----------------------------------------------------------------------------
 
 
-def test_more_than_25_exclude_subnets_is_a_clear_error(tmp_path: Path) -> None:
+def test_many_excluded_addresses_need_nothing_of_the_cluster(tmp_path: Path) -> None:
+    """The cluster allocates nothing, so excluded addresses are unet's business alone: no
+    excludeSubnets (the CRD allows 25) however many there are."""
     repo = copy_example(tmp_path / "repo")
 
     def exclude(docs: list[dict[str, Any]]) -> None:  # every other address: nothing merges
@@ -235,9 +253,9 @@ def test_more_than_25_exclude_subnets_is_a_clear_error(tmp_path: Path) -> None:
         subnet["spec"]["excludeAddresses"] = [f"10.10.1.{i}" for i in range(10, 62, 2)]
 
     edit_docs(repo, "tenants/acme/network.yaml", exclude)
-    with pytest.raises(RenderError, match=r"Subnet/acme/web needs 29 excludeSubnets .* at most "
-                                          r"25"):
-        render_desired(validated(repo), {})
+    cudns = [o for o in render_desired(validated(repo), {}).objects if o.table == CUDN]
+    assert cudns and all("excludeSubnets" not in o.fields["spec"]["network"]["localnet"]
+                         for o in cudns)
 
 
 def test_a_changed_localnet_replaces_the_cudn(tmp_path: Path) -> None:
@@ -276,7 +294,8 @@ def test_observe_reads_back_exactly_what_was_rendered(rendered: list[Any]) -> No
     assert served["metadata"]["labels"][LABEL_INSTALLATION] == "example"
 
 
-@pytest.mark.parametrize("kind", [CUDN, "IPAddressPool", "L2Advertisement"])
+@pytest.mark.parametrize("kind", [CUDN, "IPAddressPool", "L2Advertisement",
+                                  "MultiNetworkPolicy", "ConfigMap"])
 def test_apply_body_round_trips_for_every_kind(rendered: list[Any], kind: str) -> None:
     for obj in (o for o in rendered if o.table == kind):
         served = copy.deepcopy(to_body(obj, "example", "kubernetes"))

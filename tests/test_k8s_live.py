@@ -43,7 +43,10 @@ pytestmark = pytest.mark.skipif(
 
 GROUPS = {"clusteruserdefinednetworks": ("k8s.ovn.org", "v1"),
           "ipaddresspools": ("metallb.io", "v1beta1"),
-          "l2advertisements": ("metallb.io", "v1beta1")}
+          "l2advertisements": ("metallb.io", "v1beta1"),
+          "multi-networkpolicies": ("k8s.cni.cncf.io", "v1beta1")}
+#: The example's tenants: their namespaces, labelled for them.
+TENANTS = ("acme", "initech")
 SUBNETS = ["unet.acme.db", "unet.acme.nodes", "unet.acme.web", "unet.initech.build"]
 
 
@@ -72,13 +75,14 @@ def api() -> Iterator[Any]:
             extensions.create_custom_resource_definition(crd)
         _wait_established(extensions, crd["metadata"]["name"])
     core = client.CoreV1Api(admin)
-    for namespace in ("unet-system", "metallb-system"):
+    for namespace in ("unet-system", "metallb-system", *TENANTS):
+        labels = {"network.osac.io/tenant": namespace} if namespace in TENANTS else {}
         try:
             core.read_namespace(namespace)
         except client.exceptions.ApiException as exc:
             if exc.status != 404:
                 raise
-            core.create_namespace({"metadata": {"name": namespace}})
+            core.create_namespace({"metadata": {"name": namespace, "labels": labels}})
     yield admin
     admin.close()
 
@@ -113,7 +117,12 @@ class Live:
             config = find_doc(docs, "NetworkManager", "kubernetes")["spec"]["config"]
             config["clusters"] = [{"name": n, "context": c} for n, c in clusters.items()]
 
+        def host(docs: list[dict[str, Any]]) -> None:  # web-k1 runs on the first cluster
+            find_doc(docs, "ComputeInstance", "web-k1")["spec"]["hostingCluster"] = \
+                next(iter(clusters))
+
         edit_docs(self.repo, "provider/managers.yaml", change)
+        edit_docs(self.repo, "tenants/acme/compute.yaml", host)
 
     def unet(self, *argv: str) -> tuple[int, str, str]:
         code = main(list(argv))
@@ -141,7 +150,15 @@ class Live:
     def cleanup(self) -> None:
         from kubernetes import client
 
-        for plural in ("l2advertisements", "ipaddresspools", "clusteruserdefinednetworks"):
+        for tenant in TENANTS:
+            try:
+                client.CoreV1Api(self.api).delete_namespaced_config_map(
+                    "unet-bindings.kubernetes", tenant)
+            except client.exceptions.ApiException as exc:
+                if exc.status != 404:
+                    raise
+        for plural in ("multi-networkpolicies", "l2advertisements", "ipaddresspools",
+                       "clusteruserdefinednetworks"):
             group, version = GROUPS[plural]
             for item in self.objects.list_cluster_custom_object(group, version,
                                                                 plural)["items"]:
@@ -187,8 +204,15 @@ def test_live_apply_observe_drift_and_replace(live: Live) -> None:
     assert "+ ClusterUserDefinedNetwork unet.acme.web on cluster live" in out
     code, out, err = live.apply()
     assert code == 0, err
-    assert "Apply complete: 12 created" in out
+    assert "Apply complete: 19 created" in out
     assert "Subnets ready on every hosting cluster: 4 of 4" in out
+    assert live.names("multi-networkpolicies") == [
+        "unet.build", "unet.db", "unet.nodes", "unet.web", "unet.web.web"]
+    from kubernetes import client
+
+    bindings = client.CoreV1Api(live.api).read_namespaced_config_map(
+        "unet-bindings.kubernetes", "acme")
+    assert "vm.web-k1.json" in bindings.data
     assert live.names("clusteruserdefinednetworks") == SUBNETS
     assert live.names("ipaddresspools") == SUBNETS == live.names("l2advertisements")
     web = next(o for o in live.ours("clusteruserdefinednetworks")

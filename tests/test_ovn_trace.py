@@ -457,7 +457,7 @@ def test_cross_subnet_traffic_is_routed_and_filtered(example: Fabric) -> None:
     assert packet["eth.src"] == gw_db.mac and packet["eth.dst"] == db1.mac
     assert (packet["ip4.src"], packet["ip4.dst"]) == (web1.ip4, db1.ip4)  # no NAT inside
     assert postgres.datapaths == {web1.switch, router, db1.switch}
-    allowed_by(postgres, "ls_out_acl", f"outport == @{db}", f"ip4.src == ${web}_ip4",
+    allowed_by(postgres, "ls_out_acl", f"outport == @{db}", f"${web}_ip4",
                "tcp.dst == 5432")
 
     ssh = example.send(web1, gw_web.mac, db1.ip4, TCP.format(22))
@@ -489,7 +489,32 @@ def test_ipv6_between_web_and_db(example: Fabric) -> None:
         "eth.src": gw_db.mac, "eth.dst": db1.mac, "ip6.src": web1.ip6, "ip6.dst": db1.ip6,
     }, TCP.format(5432))
     delivered(routed, db1)
-    allowed_by(routed, "ls_out_acl", f"outport == @{db}", f"ip6.src == ${web}_ip6")
+    allowed_by(routed, "ls_out_acl", f"outport == @{db}", f"${web}_ip6")
+
+
+def test_a_vm_on_a_hosting_cluster_is_a_member_of_its_groups_on_the_fabric(
+        example: Fabric) -> None:
+    """web-k1 runs on hosting-a1 and reaches the fabric through web's localnet port: db's
+    rule from `web` admits its address (recorded on its Address_Set), and no other address
+    arriving there."""
+    nb = example.nb
+    hosted = nb.row("Address_Set/acme/ComputeInstance/web-k1/0/ip4")
+    [address] = _as_list(hosted["addresses"])
+    mac = hosted["external_ids"]["unet:alloc:mac/acme/ComputeInstance/web-k1/0"]
+    localnet = nb.row("Logical_Switch_Port/acme/web/localnet")
+    db1 = nb.port("acme", "ComputeInstance", "db-1")
+    gw_web = nb.gateway("acme", "web")
+    vm = Port(localnet["name"], nb.switch_of[localnet["_uuid"]], mac, address)
+    db, prod = nb.group("acme", "prod", "db"), nb.group("acme", "prod")
+
+    postgres = example.send(vm, gw_web.mac, db1.ip4, TCP.format(5432))
+    packet = delivered(postgres, db1)
+    assert packet["ip4.src"] == address
+    allowed_by(postgres, "ls_out_acl", f"outport == @{db}", f"${hosted['name']}")
+
+    stranger = example.send(vm, gw_web.mac, db1.ip4, TCP.format(5432), src="10.10.1.199",
+                            eth_src="02:00:00:00:01:99")
+    dropped(stranger, "ls_out_acl", db1.switch, f"outport == @{prod} && ip")
 
 
 def test_groups_of_a_workload_with_two_ports(example: Fabric) -> None:

@@ -200,7 +200,8 @@ def test_add_subnet(tmp_path: Path, example: Validation) -> None:
         f"hosting-a{n}/{kind}" for n in (1, 2) for kind in (
             "ClusterUserDefinedNetwork/unet.acme.cache",
             "IPAddressPool/metallb-system/unet.acme.cache",
-            "L2Advertisement/metallb-system/unet.acme.cache")]
+            "L2Advertisement/metallb-system/unet.acme.cache",
+            "MultiNetworkPolicy/acme/unet.cache")]  # isolates the new network there
     router_port = next(c for c in created if c["table"] == "Logical_Router_Port")
     assert router_port["after"]["parent"] == ["Logical_Router/acme/prod", "ports"]
     assert router_port["after"]["fields"]["networks"] == ["10.10.3.1/24"]

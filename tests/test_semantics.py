@@ -18,8 +18,12 @@ from .test_plan_golden import append_doc, edit_text
 GROUPS = "tenants/acme/security-groups.yaml"
 
 
+#: Warnings the example repo carries on purpose (a pending target; ICMP for web-k1).
+STANDING = frozenset({"TARGET_PENDING", "POLICY_RULE_NOT_REALISED"})
+
+
 def _diagnostics(repo: Path) -> list[dict[str, Any]]:
-    return [d.to_json() for d in validate_repo(repo).diagnostics if d.code != "TARGET_PENDING"]
+    return [d.to_json() for d in validate_repo(repo).diagnostics if d.code not in STANDING]
 
 
 def _add_web_rule(repo: Path, rule: str) -> None:

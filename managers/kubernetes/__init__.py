@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
 from managers.base import (
     ApplyOutcome,
     BackendLocked,
+    Exposure,
     Manager,
     ManagerConfig,
     Observation,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from reconciler.model import Model
     from reconciler.objects import BackendObject
     from reconciler.order import Step
+    from reconciler.schema import Manifest
 
     from .live import Cluster, Lease
 
@@ -45,6 +47,10 @@ class KubernetesConfig(ManagerConfig):
     clusters: list[ClusterRef] = Field(min_length=1)
     physical_network_name: str = Field("physnet-tenant", min_length=1, pattern="^[^,:]+$")
     namespace_label: str = Field("network.osac.io/tenant", min_length=1)
+    tenant_namespace: str = Field(
+        "{tenant}", pattern=r"^[a-z0-9-]*\{tenant\}[a-z0-9-]*$",
+        description="The namespace of a tenant's VMs on every hosting cluster; {tenant} is "
+                    "the tenant's name. It must also carry the namespaceLabel")
     metallb_namespace: str = Field(
         "metallb-system", min_length=1,
         description="Namespace of the MetalLB IPAddressPools and L2Advertisements")
@@ -56,6 +62,9 @@ class KubernetesConfig(ManagerConfig):
                                                          "server")
     delete_timeout_seconds: float = Field(
         120, ge=0, description="How long a replace waits for the old object's finalizers")
+
+    def namespace_of(self, tenant: str | None) -> str:
+        return self.tenant_namespace.replace("{tenant}", str(tenant))
 
 
 class KubernetesManager(Manager):
@@ -70,14 +79,51 @@ class KubernetesManager(Manager):
     def render(self, model: Model, allocations: Allocations) -> list[BackendObject]:
         from .render import render
 
-        return render(model, allocations, self.manager, self.config)
+        return render(model, allocations, self)
 
     def describe(self, obj: BackendObject) -> str:
         cluster = obj.key.split("/", 1)[0]
-        return f"{obj.table} {obj.fields['metadata']['name']} on cluster {cluster}"
+        meta = obj.fields["metadata"]
+        where = f" in {meta['namespace']}" if obj.table in ("MultiNetworkPolicy", "ConfigMap") \
+            else ""
+        return f"{obj.table} {meta['name']}{where} on cluster {cluster}"
+
+    def exposure(self, obj: BackendObject, model: Model) -> Exposure | None:
+        from .render import policy_exposure
+
+        return policy_exposure(obj, model)
 
     def physical_network(self) -> str | None:
         return self.config.physical_network_name
+
+    def hosting_clusters(self) -> tuple[str, ...]:
+        return tuple(cluster.name for cluster in self.config.clusters)
+
+    def unrealisable(self, rule: Any) -> str | None:
+        from .render import unrealisable
+
+        return unrealisable(rule)
+
+    def bindings(self, workload: Manifest, index: int, binding: Mapping[str, Any]
+                 ) -> list[dict[str, Any]]:
+        """A VM on one of these clusters attaches to its subnet's network there, asking for
+        unet's addresses and MAC; its pod carries the label the policies select."""
+        from reconciler.model import Model
+
+        from .render import LABEL_INSTANCE, object_name
+
+        cluster = Model.hosting_cluster(workload)
+        if cluster not in self.hosting_clusters():
+            return []
+        namespace = self.config.namespace_of(workload.tenant)
+        network = object_name(workload.tenant, binding["subnet"])
+        families = [binding[f"ipv{v}"] for v in (4, 6) if binding[f"ipv{v}"] is not None]
+        known = all(f["address"] for f in families)
+        ips = [f"{f['address']}/{f['prefixLength']}" for f in families] if known else None
+        element = {"name": network, "namespace": namespace, "ips": ips, "mac": binding["mac"]}
+        return [{"cluster": cluster, "namespace": namespace, "network": network,
+                 "networkSelectionElement": element,
+                 "podLabels": {LABEL_INSTANCE: workload.name}}]
 
     @contextlib.contextmanager
     def connect(self, workdir: Path) -> Iterator[KubernetesSession]:

@@ -28,6 +28,7 @@ from .live import (
     is_connection_error,
     to_body,
 )
+from .render import POLICY_FOR
 
 if TYPE_CHECKING:
     from . import KubernetesObservation, KubernetesSession
@@ -141,6 +142,15 @@ def _make_room(session: KubernetesSession, cluster: Cluster, obj: BackendObject)
 # --- readiness --------------------------------------------------------------------------------
 
 
+def _subnet_of(obj: BackendObject) -> str | None:
+    """The Subnet an object serves (a policy: the network it filters); None: no subnet's."""
+    if obj.table == "MultiNetworkPolicy":
+        network = obj.fields["metadata"]["annotations"][POLICY_FOR].split("/", 1)[1]
+        _, tenant, subnet = network.split(".", 2)
+        return f"Subnet/{tenant}/{subnet}"
+    return obj.owner if obj.owner.startswith("Subnet/") else None
+
+
 def readiness_report(session: KubernetesSession, changes: Sequence[Change],
                      outcome: ApplyOutcome | None) -> list[str]:
     """Per hosting cluster: usable or not (and why), and which subnets are ready there.
@@ -149,17 +159,18 @@ def readiness_report(session: KubernetesSession, changes: Sequence[Change],
     date before an apply, or applied without failure after it.
     """
     done = outcome.done if outcome is not None else set()
-    ready: dict[str, dict[str, bool]] = defaultdict(dict)  # owner -> cluster -> ready
+    ready: dict[str, dict[str, bool]] = defaultdict(dict)  # subnet -> cluster -> ready
     for change in changes:
         obj = change.obj
-        if obj.manager != session.manager or change.after is None:
+        subnet = _subnet_of(change.after) if change.after is not None else None
+        if obj.manager != session.manager or subnet is None:
             continue
         cluster_name = obj.key.split("/", 1)[0]
         cluster = session.clusters.get(cluster_name)
         ok = cluster is not None and cluster.error is None \
             and obj.table not in cluster.missing and (
                 change.actions == (NOOP,) or change.uid in done)
-        ready[obj.owner][cluster_name] = ready[obj.owner].get(cluster_name, True) and ok
+        ready[subnet][cluster_name] = ready[subnet].get(cluster_name, True) and ok
     names = sorted(session.clusters)
     lines = [f"Kubernetes manager {session.manager}: {len(names)} hosting clusters"]
     for name in names:

@@ -34,6 +34,8 @@ from managers.base import WAIT_NOTICE, BackendLocked
 from reconciler.errors import UnetError
 from reconciler.objects import TAG_HASH, BackendObject
 
+from .render import POLICY_FOR, bindings_configmap
+
 if TYPE_CHECKING:
     from . import KubernetesObservation
 
@@ -65,17 +67,19 @@ class Kind:
     plural: str
     namespaced: bool
     installs_with: str  # what provides the CRD, for the message when it is missing
+    body: str = "spec"  # the top-level field holding what unet writes
 
     @property
     def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
     def crd(self) -> str:
-        return f"{self.plural}.{self.group}"
+        return f"{self.plural}.{self.group}" if self.group else self.plural
 
     def describe(self) -> str:
-        return f"the CRD {self.crd} ({self.kind}, {self.api_version})"
+        what = "the CRD" if self.group else "the API"
+        return f"{what} {self.crd} ({self.kind}, {self.api_version})"
 
 
 KINDS = {k.kind: k for k in (
@@ -83,6 +87,9 @@ KINDS = {k.kind: k for k in (
          "OVN-Kubernetes with user-defined networks (the ClusterUserDefinedNetwork CRD)"),
     Kind("IPAddressPool", "metallb.io", "v1beta1", "ipaddresspools", True, "MetalLB"),
     Kind("L2Advertisement", "metallb.io", "v1beta1", "l2advertisements", True, "MetalLB"),
+    Kind("MultiNetworkPolicy", "k8s.cni.cncf.io", "v1beta1", "multi-networkpolicies", True,
+         "the multi-network policy API (OVN-Kubernetes with multi-network policies enabled)"),
+    Kind("ConfigMap", "", "v1", "configmaps", True, "Kubernetes", body="data"),
 )}
 LEASE = Kind("Lease", "coordination.k8s.io", "v1", "leases", True, "Kubernetes")
 
@@ -93,11 +100,17 @@ MANAGED_SPEC: dict[str, dict[str, Any]] = {
         "namespaceSelector": True,
         "network": {"topology": True, "localnet": {
             "role": True, "physicalNetworkName": True, "subnets": True,
-            "excludeSubnets": True, "mtu": True, "vlan": True}},
+            "excludeSubnets": True, "mtu": True, "vlan": True, "ipam": True}},
     },
     "IPAddressPool": {"addresses": True, "autoAssign": True},
     "L2Advertisement": {"ipAddressPools": True},
+    "MultiNetworkPolicy": {"podSelector": True, "policyTypes": True, "ingress": True,
+                           "egress": True},
 }
+#: Kinds whose whole body (`Kind.body`) is unet's.
+WHOLE_BODY = frozenset({"ConfigMap"})
+#: Annotations of others' APIs that unet writes, read back like the spec.
+MANAGED_ANNOTATIONS = {"MultiNetworkPolicy": (POLICY_FOR,)}
 #: Fields that name other objects of ours: (spec field, kind named), same namespace.
 REFERENCES = {"L2Advertisement": {"ipAddressPools": "IPAddressPool"}}
 
@@ -209,17 +222,11 @@ class Cluster:
                 self.api.close()
             self.api = None
 
-    @property
-    def objects(self) -> Any:
-        from kubernetes import client
-
-        return client.CustomObjectsApi(self.api)
-
     # -- failures as messages --------------------------------------------------------------
     def explain(self, exc: BaseException, verb: str, kind: Kind,
                 name: str | None = None, namespace: str | None = None) -> str:
         """One clear sentence for a failed request."""
-        what = f"{kind.plural}.{kind.group}" + (f" {name}" if name else "")
+        what = kind.crd + (f" {name}" if name else "")
         where = f" in namespace {namespace}" if namespace else \
             (" (cluster-wide)" if not kind.namespaced or name is None else "")
         if is_api_error(exc):
@@ -243,13 +250,35 @@ class Cluster:
         return f"{verb} {what}{where} on {self.label} failed: {exc}"
 
     # -- requests --------------------------------------------------------------------------
-    def list(self, kind: Kind) -> list[dict[str, Any]]:
+    @property
+    def objects(self) -> Any:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api)
+
+    @property
+    def core(self) -> Any:
+        """The core API, for the one core kind unet writes: ConfigMap."""
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api)
+
+    def _plain(self, obj: Any) -> dict[str, Any]:
+        """A typed core object as the JSON the server sent."""
+        return self.api.sanitize_for_serialization(obj)  # type: ignore[no-any-return]
+
+    def list(self, kind: Kind, **query: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            page = self.objects.list_cluster_custom_object(
-                kind.group, kind.version, kind.plural, limit=LIST_PAGE, _continue=token,
-                _request_timeout=self.timeout)
+            if kind.group:
+                page = self.objects.list_cluster_custom_object(
+                    kind.group, kind.version, kind.plural, limit=LIST_PAGE, _continue=token,
+                    _request_timeout=self.timeout, **query)
+            else:
+                page = self._plain(self.core.list_config_map_for_all_namespaces(
+                    limit=LIST_PAGE, _continue=token, _request_timeout=self.timeout,
+                    **query))
             for item in page.get("items", []):
                 item.setdefault("apiVersion", kind.api_version)
                 item.setdefault("kind", kind.kind)
@@ -260,6 +289,9 @@ class Cluster:
 
     def get(self, kind: Kind, name: str, namespace: str | None) -> dict[str, Any] | None:
         try:
+            if not kind.group:
+                return self._plain(self.core.read_namespaced_config_map(
+                    name, namespace, _request_timeout=self.timeout))
             if kind.namespaced:
                 return self.objects.get_namespaced_custom_object(  # type: ignore[no-any-return]
                     kind.group, kind.version, namespace, kind.plural, name,
@@ -277,6 +309,9 @@ class Cluster:
         common = {"field_manager": FIELD_MANAGER, "force": True,
                   "_content_type": "application/apply-patch+yaml",
                   "_request_timeout": self.timeout}
+        if not kind.group:
+            return self._plain(self.core.patch_namespaced_config_map(
+                meta["name"], meta["namespace"], body, **common))
         if kind.namespaced:
             return self.objects.patch_namespaced_custom_object(  # type: ignore[no-any-return]
                 kind.group, kind.version, meta["namespace"], kind.plural, meta["name"], body,
@@ -291,7 +326,10 @@ class Cluster:
             propagation_policy="Background",
             preconditions=client.V1Preconditions(uid=uid) if uid else None)
         try:
-            if kind.namespaced:
+            if not kind.group:
+                self.core.delete_namespaced_config_map(name, namespace, body=options,
+                                                       _request_timeout=self.timeout)
+            elif kind.namespaced:
                 self.objects.delete_namespaced_custom_object(
                     kind.group, kind.version, namespace, kind.plural, name, body=options,
                     _request_timeout=self.timeout)
@@ -362,13 +400,18 @@ def to_backend(cluster: str, manager: str, item: dict[str, Any]) -> BackendObjec
     metadata = item.get("metadata") or {}
     namespace = metadata.get("namespace") if KINDS[kind].namespaced else None
     annotations = metadata.get("annotations") or {}
-    spec = project(MANAGED_SPEC[kind], item.get("spec") or {})
+    body = KINDS[kind].body
+    spec = dict(item.get(body) or {}) if kind in WHOLE_BODY else \
+        project(MANAGED_SPEC[kind], item.get(body) or {})
+    written = {name: annotations[name] for name in MANAGED_ANNOTATIONS.get(kind, ())
+               if name in annotations}
     fields: dict[str, Any] = {
         "apiVersion": item.get("apiVersion", KINDS[kind].api_version),
         "kind": kind,
         "metadata": {"name": metadata["name"], **({"namespace": namespace} if namespace
-                                                   else {})},
-        "spec": spec,
+                                                   else {}),
+                     **({"annotations": written} if written else {})},
+        body: spec,
     }
     try:
         meta = json.loads(annotations.get(ANNOTATION_META, "{}"))
@@ -388,6 +431,7 @@ def to_body(obj: BackendObject, installation: str, manager: str) -> dict[str, An
     """The applied configuration: the rendered object plus our labels and annotations."""
     fields = copy.deepcopy(dict(obj.fields))
     meta = {k: v for k, v in sorted(obj.meta.items()) if k != TAG_HASH}
+    body = KINDS[fields["kind"]].body
     return {
         "apiVersion": fields["apiVersion"],
         "kind": fields["kind"],
@@ -395,12 +439,13 @@ def to_body(obj: BackendObject, installation: str, manager: str) -> dict[str, An
             **fields["metadata"],
             "labels": {LABEL_MANAGED_BY: FIELD_MANAGER, LABEL_INSTALLATION: installation,
                        LABEL_MANAGER: manager},
-            "annotations": {ANNOTATION_OWNER: obj.owner, ANNOTATION_KEY: obj.key,
+            "annotations": {**fields["metadata"].get("annotations", {}),
+                            ANNOTATION_OWNER: obj.owner, ANNOTATION_KEY: obj.key,
                             ANNOTATION_HASH: obj.content_hash,
                             ANNOTATION_META: json.dumps(meta, sort_keys=True,
                                                         separators=(",", ":"))},
         },
-        "spec": fields["spec"],
+        body: fields[body],
     }
 
 
@@ -411,7 +456,10 @@ def observe_cluster(cluster: Cluster, installation: str, manager: str,
         if cluster.error is not None:
             return
         try:
-            items = cluster.list(kind)
+            # of the cluster's ConfigMaps, only those with the name unet writes
+            items = cluster.list(kind, **({"field_selector": "metadata.name="
+                                                            + bindings_configmap(manager)}
+                                          if kind.kind == "ConfigMap" else {}))
         except Exception as exc:
             if not (is_api_error(exc) or is_connection_error(exc)):
                 raise

@@ -1,9 +1,12 @@
 """Render subnets of k8s-backed classes into objects for every hosting cluster.
 
-Per subnet: an OVN-Kubernetes ClusterUserDefinedNetwork (Localnet, Secondary)
-bridged to the subnet's fabric segment; per subnet with a VIP block: a MetalLB
-IPAddressPool and L2Advertisement. Pure; the segment id is the one allocated
-for the OVN localnet port (one allocation, read by both managers).
+Per subnet and cluster: an OVN-Kubernetes ClusterUserDefinedNetwork (Localnet, Secondary,
+IPAM disabled: unet is the only address authority) bridged to the subnet's fabric segment,
+selecting the tenant's namespace; MultiNetworkPolicies that give VMs on the cluster the
+fabric's security-group semantics; per subnet with a VIP block a MetalLB IPAddressPool and
+L2Advertisement. Per tenant and cluster: the ConfigMap `unet-bindings.<manager>`
+(bindings.py) that VM templates read their addresses from. Pure; the segment id is the one
+allocated for the OVN localnet port (one allocation, read by both managers).
 
 The CUDN's `spec.network` is immutable in the API server (CEL `self == oldSelf`), so
 it is tagged with a hash of it as the immutable tag: when it changes, the plan
@@ -12,11 +15,15 @@ replaces the object (delete, then create) instead of an update the server would 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import netaddr
 
-from reconciler.allocate import Allocations, segment_key
+from managers.base import Exposure
+from reconciler.allocate import Allocations, ip_of_port, port_key, segment_key, vip_key
+from reconciler.bindings import AllocatedValues, binding_key, workload_binding
 from reconciler.errors import UnetError
 from reconciler.model import Model
 from reconciler.models import immutable_values
@@ -24,29 +31,78 @@ from reconciler.objects import TAG_ALLOCATION, TAG_IMMUTABLE, BackendObject, imm
 from reconciler.schema import Manifest
 
 if TYPE_CHECKING:
-    from . import KubernetesConfig
+    from . import KubernetesConfig, KubernetesManager
 
-MAX_EXCLUDE_SUBNETS = 25  # the CUDN CRD's maxItems
+POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"  # names the network a policy filters
+LABEL_INSTANCE = "network.osac.io/instance"  # the VM's pod carries its ComputeInstance name
+NAMESPACE_NAME = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 
 
-class RenderError(UnetError):
-    """The model asks for an object the CRD would refuse."""
+def bindings_configmap(manager: str) -> str:
+    """One per manager: two k8s managers may serve one tenant on one cluster."""
+    return f"unet-bindings.{manager}"
+
+CONFIGMAP_MAX_BYTES = 1024 * 1024  # what the API server accepts in a ConfigMap's data
+_PROTOCOLS = {"tcp": "TCP", "udp": "UDP"}
+_WORLD = {4: "0.0.0.0/0", 6: "::/0"}
+
+
+def unrealisable(rule: Any) -> str | None:
+    """Why MultiNetworkPolicy v1beta1 cannot say what a security-group rule says, if it
+    cannot: it matches TCP, UDP and SCTP, one port or all (`endPort` is not served)."""
+    if rule.protocol not in (*_PROTOCOLS, "all"):
+        return f"MultiNetworkPolicy matches TCP, UDP and SCTP only, not {rule.protocol}"
+    if rule.port_from is not None and rule.port_from != rule.port_to:
+        return "MultiNetworkPolicy v1beta1 matches one port or all, not a range"
+    return None
 
 
 def object_name(tenant: str | None, subnet: str) -> str:
     return f"unet.{tenant}.{subnet}"
 
 
-def render(model: Model, allocations: Allocations, manager: str,
-           config: KubernetesConfig) -> list[BackendObject]:
+def render(model: Model, allocations: Allocations, manager: KubernetesManager
+           ) -> list[BackendObject]:
+    config = manager.config
     out: list[BackendObject] = []
-    clusters = [c.name for c in config.clusters]
+    bridged: dict[str | None, list[Manifest]] = {}  # tenant → workloads of bridged networks
+    for workload in model.workloads:
+        vn = model.network_of_workload(workload)
+        cls = model.class_of(workload.tenant, vn) if vn is not None else None
+        if cls is not None and cls.obj.spec.k8s_manager == manager.manager:
+            bridged.setdefault(workload.tenant, []).append(workload)
+    hosted = _hosted_groups(model, bridged)
+    tenants: set[str | None] = set()
     for subnet in model.kind("Subnet"):
         cls = model.class_of(subnet.tenant, subnet.obj.spec.virtual_network)
-        if cls is None or cls.obj.spec.k8s_manager != manager:
+        if cls is None or cls.obj.spec.k8s_manager != manager.manager:
             continue
-        for cluster in clusters:
-            out.extend(_subnet_objects(model, allocations, manager, config, cluster, subnet))
+        tenants.add(subnet.tenant)
+        for cluster in config.clusters:
+            out.extend(_subnet_objects(model, allocations, manager.manager, config,
+                                       cluster.name, subnet))
+            members = hosted.get((subnet.tenant, subnet.name, cluster.name), {})
+            out.extend(_Policies(model, allocations, manager, cluster.name, subnet,
+                                 bridged.get(subnet.tenant, [])).objects(members))
+    for tenant in sorted(tenants, key=str):
+        out.extend(_bindings_maps(model, allocations, manager, tenant,
+                                  bridged.get(tenant, [])))
+    return out
+
+
+def _hosted_groups(model: Model, bridged: dict[str | None, list[Manifest]]
+                   ) -> dict[tuple[str | None, str, str], dict[str, set[str]]]:
+    """(tenant, subnet, cluster) → group → the VMs on that cluster that use it there."""
+    out: dict[tuple[str | None, str, str], dict[str, set[str]]] = {}
+    for workloads in bridged.values():
+        for vm in workloads:
+            cluster = model.hosting_cluster(vm)
+            if cluster is None:
+                continue
+            for attachment in vm.obj.spec.network_attachments:
+                groups = out.setdefault((vm.tenant, attachment.subnet, cluster), {})
+                for group in attachment.security_groups:
+                    groups.setdefault(group, set()).add(vm.name)
     return out
 
 
@@ -59,18 +115,11 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
     localnet: dict[str, Any] = {
         "role": "Secondary",
         "physicalNetworkName": config.physical_network_name,
-        "subnets": [str(spaces[v].net) for v in sorted(spaces)],
         "mtu": subnet.obj.spec.mtu,
+        # unet hands out every address of the segment: the cluster hands out none, and VMs
+        # ask for theirs (and their MAC) in the network selection element.
+        "ipam": {"mode": "Disabled"},
     }
-    excluded = _excluded(spaces)
-    if len(excluded) > MAX_EXCLUDE_SUBNETS:
-        raise RenderError(
-            f"{subnet.ref} needs {len(excluded)} excludeSubnets entries on its "
-            f"ClusterUserDefinedNetwork (gateway, reserved addresses and VIP block, merged), "
-            f"but the CRD allows at most {MAX_EXCLUDE_SUBNETS}: group its excludeAddresses "
-            "into fewer contiguous blocks")
-    if excluded:
-        localnet["excludeSubnets"] = excluded
     unknown: frozenset[str] = frozenset()
     meta = {}
     if segment is not None:
@@ -80,19 +129,17 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
             unknown = frozenset({"spec"})
         else:
             meta[TAG_ALLOCATION + segment_key(subnet.tenant, subnet.name)] = segment.value
-    label = config.namespace_label
     network = {"topology": "Localnet", "localnet": localnet}
     meta[TAG_IMMUTABLE] = immutable_tag({"owner": immutable_values(subnet.obj),
                                         "network": network})
+    selector = {config.namespace_label: str(subnet.tenant),
+                NAMESPACE_NAME: config.namespace_of(subnet.tenant)}
     objects = [BackendObject(manager, "ClusterUserDefinedNetwork",
                              f"{cluster}/ClusterUserDefinedNetwork/{name}", subnet.ref, {
         "apiVersion": "k8s.ovn.org/v1",
         "kind": "ClusterUserDefinedNetwork",
         "metadata": {"name": name},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {label: str(subnet.tenant)}},
-            "network": network,
-        },
+        "spec": {"namespaceSelector": {"matchLabels": selector}, "network": network},
     }, unknown=unknown, meta=meta, immutable_fields=("spec.network",))]
     block = spaces[4].vip_block if 4 in spaces else None
     if block is not None:
@@ -100,17 +147,143 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
     return objects
 
 
-def _excluded(spaces: dict[int, Any]) -> list[str]:
-    """Gateway, reserved addresses and the VIP block, merged into as few CIDRs as possible."""
-    nets = []
-    for space in spaces.values():
-        ends = {space.net.first, space.net.last} if space.net.version == 4 else {space.net.first}
-        for address in sorted(space.reserved - ends):
-            nets.append(netaddr.IPNetwork(netaddr.IPAddress(address, space.net.version)))
-        if space.vip_block is not None:
-            nets += netaddr.iprange_to_cidrs(netaddr.IPAddress(space.vip_block[0], 4),
-                                             netaddr.IPAddress(space.vip_block[1], 4))
-    return [str(n) for n in netaddr.cidr_merge(nets)]
+class _Policies:
+    """The MultiNetworkPolicies of one subnet on one cluster: every pod on the network is
+    isolated (the fabric's default drop), and each security group of the VMs there allows
+    what its rules allow (stateful, as NetworkPolicy is), remote groups as the addresses of
+    their members wherever they run."""
+
+    def __init__(self, model: Model, allocations: Allocations, manager: KubernetesManager,
+                 cluster: str, subnet: Manifest, workloads: list[Manifest]) -> None:
+        self.model, self.values = model, AllocatedValues(allocations)
+        self.workloads = workloads  # the tenant's, of the networks this manager bridges
+        self.manager, self.cluster, self.subnet = manager.manager, cluster, subnet
+        self.tenant, self.vn = subnet.tenant, subnet.obj.spec.virtual_network
+        self.namespace = manager.config.namespace_of(subnet.tenant)
+        self.network = object_name(subnet.tenant, subnet.name)
+        self.families = sorted(model.network_cidrs(self.tenant, self.vn))
+        self.unknown: list[str] = []
+
+    def objects(self, members: dict[str, set[str]]) -> Iterator[BackendObject]:
+        """The isolation, and a policy per group of `members` (group → its VMs here)."""
+        yield self._policy(f"unet.{self.subnet.name}", {}, [], [])
+        for group, vms in sorted(members.items()):
+            self.unknown = []
+            ingress, egress = self._rules(group)
+            selector = {"matchExpressions": [{"key": LABEL_INSTANCE, "operator": "In",
+                                              "values": sorted(vms)}]}
+            yield self._policy(f"unet.{self.subnet.name}.{group}", selector, ingress, egress,
+                               group)
+
+    def _declared(self, name: str) -> Manifest | None:
+        """The group as the network sees it: a `default` of another network is not it."""
+        group = self.model.get("SecurityGroup", self.tenant, name)
+        return group if group is not None and group.obj.spec.virtual_network == self.vn \
+            else None
+
+    def _rules(self, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        group = self._declared(name)
+        if group is None:  # the implicit default: in from its members, out to anywhere
+            peers = self._group_peers("default")
+            return ([{"from": peers}] if peers else [],
+                    [{"to": [{"ipBlock": {"cidr": _WORLD[v]}} for v in self.families]}])
+        ingress = [r for r in (self._rule(rule, "from") for rule in group.obj.spec.ingress) if r]
+        egress = [r for r in (self._rule(rule, "to") for rule in group.obj.spec.egress) if r]
+        return ingress, egress
+
+    def _rule(self, rule: Any, side: str) -> dict[str, Any] | None:
+        """One NetworkPolicy rule; None when it can match nothing here (an ICMP rule, a
+        remote of a family the network lacks, a remote group without members)."""
+        if unrealisable(rule):
+            return None  # POLICY_RULE_NOT_REALISED said so at validation
+        if rule.cidr is not None:
+            if netaddr.IPNetwork(rule.cidr).version not in self.families:
+                return None
+            peers = [{"ipBlock": {"cidr": rule.cidr}}]
+        else:
+            peers = self._group_peers(rule.security_group)
+        if not peers:
+            return None  # no peer at all would mean every peer
+        out: dict[str, Any] = {side: peers}
+        if rule.protocol in _PROTOCOLS:
+            port: dict[str, Any] = {"protocol": _PROTOCOLS[rule.protocol]}
+            if rule.port_from is not None:
+                port["port"] = rule.port_from
+            out["ports"] = [port]
+        return out
+
+    def _group_peers(self, group: str) -> list[dict[str, Any]]:
+        """The addresses of the group's members in the network, wherever they run (the
+        fabric's `$pg_<group>_ip4`: port addresses, and a Cluster port's VIPs)."""
+        addresses: set[str] = set()
+        for workload in self.workloads:
+            if self.model.network_of_workload(workload) != self.vn:
+                continue
+            for index, attachment in enumerate(workload.obj.spec.network_attachments):
+                if group not in attachment.security_groups:
+                    continue
+                port = port_key(workload, index)
+                keys = [ip_of_port(port, v) for v in self.families
+                        if v in self.model.subnet_spaces(self.tenant, attachment.subnet)]
+                if workload.kind == "Cluster" and index == 0:
+                    keys += [vip_key(self.tenant, workload.name, e) for e in ("api", "ingress")]
+                for alloc in keys:
+                    value = self.values.get(alloc, alloc, self.unknown)
+                    if value is not None:
+                        addresses.add(str(netaddr.IPNetwork(value).cidr))
+        return [{"ipBlock": {"cidr": a}} for a in sorted(addresses, key=netaddr.IPNetwork)]
+
+    def _policy(self, name: str, selector: dict[str, Any], ingress: list[dict[str, Any]],
+                egress: list[dict[str, Any]], group: str | None = None) -> BackendObject:
+        spec: dict[str, Any] = {"podSelector": selector, "policyTypes": ["Ingress", "Egress"]}
+        if ingress:  # an empty list is left out by the API server; absent means none
+            spec["ingress"] = ingress
+        if egress:
+            spec["egress"] = egress
+        owner = self.subnet.ref
+        if group is not None:
+            declared = self._declared(group)
+            owner = declared.ref if declared is not None else f"VirtualNetwork/{self.tenant}/" \
+                                                              f"{self.vn}"
+        return BackendObject(
+            self.manager, "MultiNetworkPolicy",
+            f"{self.cluster}/MultiNetworkPolicy/{self.namespace}/{name}", owner, {
+                "apiVersion": "k8s.cni.cncf.io/v1beta1", "kind": "MultiNetworkPolicy",
+                "metadata": {"name": name, "namespace": self.namespace,
+                             "annotations": {POLICY_FOR: f"{self.namespace}/{self.network}"}},
+                "spec": spec,
+            }, unknown=frozenset({"spec"}) if self.unknown else frozenset())
+
+
+def _bindings_maps(model: Model, allocations: Allocations, manager: KubernetesManager,
+                   tenant: str | None, workloads: list[Manifest]) -> list[BackendObject]:
+    """The tenant's bindings where its VM templates can read them, on every cluster: one
+    key per workload of the networks this manager bridges."""
+    values = AllocatedValues(allocations)
+    data = {}
+    unknown = False
+    for workload in workloads:
+        binding = workload_binding(model, values, {manager.manager: manager}, workload)
+        unknown |= any(a["knownAfterApply"] for a in binding["attachments"]) or bool(
+            binding.get("knownAfterApply"))
+        data[binding_key(workload)] = json.dumps(binding, sort_keys=True,
+                                                 separators=(",", ":"))
+    namespace = manager.config.namespace_of(tenant)
+    name = bindings_configmap(manager.manager)
+    size = sum(len(k) + len(v.encode()) for k, v in data.items())
+    if size > CONFIGMAP_MAX_BYTES:
+        raise UnetError(f"the bindings of tenant {tenant} would take {size:,} bytes in the "
+                        f"ConfigMap {namespace}/{name}, and a ConfigMap holds at most "
+                        f"{CONFIGMAP_MAX_BYTES:,}: fewer workloads, attachments or routes per "
+                        "tenant in the networks bridged to hosting clusters")
+    return [BackendObject(
+        manager.manager, "ConfigMap", f"{cluster.name}/ConfigMap/{namespace}/{name}",
+        f"Tenant/{tenant}", {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": data,
+        }, unknown=frozenset({"data"}) if unknown else frozenset())
+        for cluster in manager.config.clusters]
 
 
 def _metallb(manager: str, config: KubernetesConfig, cluster: str, subnet: Manifest, name: str,
@@ -131,3 +304,48 @@ def _metallb(manager: str, config: KubernetesConfig, cluster: str, subnet: Manif
             "spec": {"ipAddressPools": [name]},
         }, refs={"ipAddressPools": (pool.key,)})
     return [pool, advertisement]
+
+
+def policy_exposure(obj: BackendObject, model: Model) -> Exposure | None:
+    """What a MultiNetworkPolicy, as it is (drift included), lets in from outside its
+    network: its ingress rules whose address blocks lie outside the network."""
+    if obj.table != "MultiNetworkPolicy":
+        return None
+    kind, _, rest = obj.owner.partition("/")
+    tenant, _, name = rest.partition("/")
+    vn, group = name, "default"
+    if kind == "SecurityGroup":
+        declared = model.get("SecurityGroup", tenant, name)
+        vn, group = (declared.obj.spec.virtual_network if declared else ""), name
+    elif kind != "VirtualNetwork":
+        return None  # a subnet's isolation: lets nothing in
+    cidrs = list(model.network_cidrs(tenant, vn).values())
+    cluster = obj.key.split("/", 1)[0]
+    opened = []
+    for rule in obj.fields.get("spec", {}).get("ingress") or []:
+        what = _what(rule.get("ports"))
+        for peer in rule.get("from") or [{"ipBlock": {"cidr": "0.0.0.0/0"}}]:
+            cidr = (peer.get("ipBlock") or {}).get("cidr")
+            if cidr is None:
+                opened.append(f"{what} from pods the policy selects by label")
+                continue
+            source = netaddr.IPNetwork(cidr)
+            if any(source.version == n.version and source in n for n in cidrs):
+                continue
+            world = " (anywhere)" if source.prefixlen == 0 else ""
+            opened.append(f"{what} from {cidr}{world}")
+    if not opened:
+        return None
+    return Exposure("rule", {"rule": f"{'; '.join(opened)} to {tenant}/{vn}/{group} on "
+                                     f"hosting cluster {cluster}"})
+
+
+def _what(ports: list[dict[str, Any]] | None) -> str:
+    if not ports:
+        return "all traffic"
+    out = []
+    for port in ports:
+        protocol = str(port.get("protocol", "TCP")).lower()
+        out.append(f"{protocol} port {port['port']}" if "port" in port
+                   else f"{protocol} all ports")
+    return ", ".join(out)

@@ -9,7 +9,7 @@ OVSDB keeps them only while a parent references them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -150,7 +150,7 @@ class _Renderer:
         out: dict[tuple[str | None, str], list[tuple[str, tuple[str, ...]]]] = {}
         for workload in self.model.workloads:
             vn = self.model.network_of_workload(workload)
-            if vn is None:
+            if vn is None or self.model.hosting_cluster(workload) is not None:
                 continue
             for index, attachment in enumerate(workload.obj.spec.network_attachments):
                 row = key("Logical_Switch_Port", *port_key(workload, index).split("/"))
@@ -158,8 +158,26 @@ class _Renderer:
                     (row, tuple(attachment.security_groups)))
         return out
 
+    def _index_hosted(self) -> dict[tuple[str | None, str, str, str], list[str]]:
+        """(tenant, network, group, family) → the Address_Sets of VMs on hosting clusters
+        that use the group: their ports are the clusters', their addresses unet's."""
+        out: dict[tuple[str | None, str, str, str], list[str]] = {}
+        for workload in self.model.workloads:
+            vn = self.model.network_of_workload(workload)
+            if vn is None or self.model.hosting_cluster(workload) is None:
+                continue
+            for index, attachment in enumerate(workload.obj.spec.network_attachments):
+                for version in sorted(self.model.subnet_spaces(workload.tenant,
+                                                               attachment.subnet)):
+                    name = _hosted_set(workload, index, version)
+                    for group in attachment.security_groups:
+                        out.setdefault((workload.tenant, vn, group, f"ip{version}"),
+                                       []).append(name)
+        return out
+
     def run(self) -> None:
         self.ports = self._index_ports()
+        self.hosted = self._index_hosted()
         networks = [vn for vn in self.model.kind("VirtualNetwork") if self._ours(vn)]
         ours = {(vn.tenant, vn.name) for vn in networks}
         regions = self._regions()
@@ -341,16 +359,39 @@ class _Renderer:
         by_family = self.model.network_cidrs(tenant, vn)
         cidrs = list(by_family.values())
         families = tuple(f"ip{v}" for v in sorted(by_family))
+
+        def members(remote: str, family: str) -> str:
+            """The addresses of a group's members: its ports' and its hosted VMs'."""
+            sets = [f"{ident('unet', tenant, vn, remote)}_{family}",
+                    *sorted(self.hosted.get((tenant, vn, remote, family), ()))]
+            return f"${sets[0]}" if len(sets) == 1 else "{" + ",".join(f"${n}" for n in sets) + "}"
+
         for direction, rule in rules:
             exposure = rule.exposure(cidrs) if direction == "ingress" else None
             meta = {TAG_EXPOSURE: f"{exposure} to {pg_key.split('/', 1)[1]}"} if exposure else {}
-            for match in rule.matches(pg, direction, lambda g: ident("unet", tenant, vn, g),
-                                      families):
+            for match in rule.matches(pg, direction, members, families):
                 self._acl(pg_key, owner, "to-lport" if direction == "ingress" else "from-lport",
                           PRIORITY_RULE, match, "allow-related", meta)
 
     # -- workloads --------------------------------------------------------------------------
+    def _hosted_addresses(self, vm: Manifest) -> None:
+        """A VM on a hosting cluster has no port here: per attachment and family, an
+        Address_Set holds its address for the rules of its groups, and records the
+        allocations (address, MAC) so they never move."""
+        for index, attachment in enumerate(vm.obj.spec.network_attachments):
+            port = port_key(vm, index)
+            for version in sorted(self.model.subnet_spaces(vm.tenant, attachment.subnet)):
+                address, known = self.value(ip_of_port(port, version))
+                self.out.add("Address_Set", key("Address_Set", *port.split("/"), f"ip{version}"),
+                             vm.ref, {"name": _hosted_set(vm, index, version),
+                                      "addresses": [address]},
+                             unknown=frozenset() if known else frozenset({"addresses"}),
+                             meta=self.recorded(mac_of_port(port), ip_of_port(port, version)))
+
     def _workload_ports(self, workload: Manifest) -> None:
+        if self.model.hosting_cluster(workload) is not None:
+            self._hosted_addresses(workload)
+            return
         t = workload.tenant
         cluster_vips: list[str] = []
         if workload.kind == "Cluster":
@@ -498,9 +539,10 @@ class _Rule:
         return cls(rule.protocol, rule.port_from, rule.port_to, rule.icmp_type, rule.icmp_code,
                    rule.cidr, rule.security_group)
 
-    def matches(self, pg: str, direction: str, group_ident: Any,
+    def matches(self, pg: str, direction: str, members: Callable[[str, str], str],
                 families: tuple[str, ...]) -> list[str]:
-        """One ACL match per address family the rule covers and the network has."""
+        """One ACL match per address family the rule covers and the network has; `members`
+        gives the match operand of a remote group's addresses in a family."""
         port = "outport" if direction == "ingress" else "inport"
         peer = "src" if direction == "ingress" else "dst"
         out = []
@@ -513,7 +555,7 @@ class _Rule:
                 remote = "" if self.cidr in ("0.0.0.0/0", "::/0") \
                     else f" && {family}.{peer} == {self.cidr}"
             else:
-                remote = f" && {family}.{peer} == ${group_ident(self.remote_group)}_{family}"
+                remote = f" && {family}.{peer} == {members(self.remote_group, family)}"
             out.append(f"{port} == @{pg} && {family}{remote}{self._l4(family)}")
         return out
 
@@ -611,7 +653,7 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
     if found is None:
         return f"`{match}` (an allow rule unet cannot read) to {group}"
     remote = found["remote"]
-    if remote is not None and remote.startswith("$"):
+    if remote is not None and all(part.startswith("$") for part in remote.strip("{}").split(",")):
         return None  # the members of a group of the network
     protocol = found["proto"] or ("all" if not found["l4"] else
                                   "icmpv6" if found["l4"].startswith("icmp6") and found["type"]
@@ -624,6 +666,10 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
                  remote or ("::/0" if found["family"] == "ip6" else "0.0.0.0/0"))
     opened = rule.exposure(cidrs)
     return f"{opened} to {group}" if opened else None
+
+
+def _hosted_set(vm: Manifest, index: int, version: int) -> str:
+    return f"{ident('unet_hosted', vm.tenant, vm.name, str(index))}_ip{version}"
 
 
 def _short(kind: str) -> str:

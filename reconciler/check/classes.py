@@ -6,6 +6,7 @@ from functools import cache
 from typing import Any
 
 import jsonschema
+import pydantic
 from pydantic.alias_generators import to_camel
 
 from ..models import ADDRESS_FAMILIES, Capability
@@ -159,3 +160,17 @@ def require(ctx: Context, manifest: Manifest, path: tuple[str | int, ...],
                f"{what} needs {capability}, which NetworkClass '{class_name}' does not provide",
                "use a class whose managers provide it")
     return False
+
+
+def plugin_of(ctx: Context, manager_name: str | None) -> Any:
+    """The plugin instance of a NetworkManager, for what only it knows; None when its
+    config cannot tell yet."""
+    manager = ctx.get("NetworkManager", None, manager_name)
+    plugin = ctx.plugins.get(manager.obj.spec.plugin) if manager is not None else None
+    if manager is None or plugin is None or id(manager) in ctx.invalid:
+        return None
+    try:
+        config = plugin.Config.model_validate(manager.obj.spec.config)
+    except pydantic.ValidationError:  # e.g. an ${ENV} value, resolved only when running
+        return None
+    return plugin(manager.name, config, "")

@@ -6,9 +6,10 @@ from typing import Any
 
 import netaddr
 
+from ..diagnostics import Diagnostic, json_pointer
 from ..models import Capability
 from ..schema import Manifest
-from .classes import require
+from .classes import plugin_of, require
 from .context import AddressSpace, Context, Path_
 from .netutil import family_name, parse_cidr, parse_ip
 from .security import resolve_group
@@ -34,6 +35,7 @@ def check_host_types(ctx: Context) -> None:
 
 def check_workloads(ctx: Context) -> None:
     claims: Claims = {}
+    hosted: list[tuple[Manifest, str, Any]] = []  # (VM, its network, its cluster's manager)
     for kind in _CAPABILITY:
         for workload in ctx.kind(kind):
             vn_name = _check_attachments(ctx, workload, claims)
@@ -41,10 +43,15 @@ def check_workloads(ctx: Context) -> None:
                 continue
             class_name = ctx.vn_class.get((workload.tenant, vn_name))
             require(ctx, workload, ("kind",), class_name, _CAPABILITY[kind], f"a {kind}")
+            if kind == "ComputeInstance" and workload.obj.spec.hosting_cluster is not None:
+                plugin = _check_hosting_cluster(ctx, workload, class_name)
+                if plugin is not None:
+                    hosted.append((workload, vn_name, plugin))
             if kind == "BaremetalInstance":
                 _check_interfaces(ctx, workload)
             elif kind == "Cluster":
                 _check_cluster(ctx, workload, vn_name, claims)
+    _check_hosted_rules(ctx, hosted)
 
 
 def _check_attachments(ctx: Context, workload: Manifest, claims: Claims) -> str | None:
@@ -133,6 +140,55 @@ def _claim(ctx: Context, claims: Claims, key: tuple[Any, ...], manifest: Manifes
     ctx.report("ADDRESS_CONFLICT", manifest, path,
                f"{shown} is already claimed by {owner.ref} ({owner.doc.file}:"
                f"{owner.doc.line_of(first[1])})", "give each consumer its own address")
+
+
+def _check_hosting_cluster(ctx: Context, vm: Manifest, class_name: str | None) -> Any:
+    """The cluster is one of the class's k8sManager's; that manager (None: not known)."""
+    cls = ctx.get("NetworkClass", None, class_name)
+    if cls is None:
+        return None  # the class itself is reported
+    wanted, manager = vm.obj.spec.hosting_cluster, cls.obj.spec.k8s_manager
+    plugin = plugin_of(ctx, manager) if manager else None
+    if manager and plugin is None:
+        return None  # the manager's config is reported, or known only at run time
+    clusters = plugin.hosting_clusters() if plugin is not None else ()
+    if wanted in clusters:
+        return plugin
+    where = f"k8sManager '{manager}' has " + (", ".join(clusters) or "none") if manager \
+        else "it has no k8sManager"
+    ctx.report("HOSTING_CLUSTER_UNKNOWN", vm, ("spec", "hostingCluster"),
+               f"'{wanted}' is not a hosting cluster of NetworkClass '{cls.name}' ({where})",
+               "name a cluster of the class's k8sManager, or leave the field out for a VM on "
+               "the fabric")
+    return None
+
+
+def _check_hosted_rules(ctx: Context, hosted: list[tuple[Manifest, str, Any]]) -> None:
+    """Rules of groups that VMs on hosting clusters use and that their manager cannot
+    realise there: one POLICY_RULE_NOT_REALISED per rule, at the rule, naming the VMs."""
+    users: dict[tuple[int, str, int], tuple[Manifest, Any, list[str]]] = {}
+    for vm, vn, plugin in hosted:
+        for name in {g for a in vm.obj.spec.network_attachments for g in a.security_groups}:
+            group = ctx.get("SecurityGroup", vm.tenant, name)
+            if group is None or group.obj.spec.virtual_network != vn:
+                continue  # the implicit default: every rule can be realised
+            for direction in ("ingress", "egress"):
+                for position, rule in enumerate(getattr(group.obj.spec, direction)):
+                    why = plugin.unrealisable(rule)
+                    if why is not None:
+                        users.setdefault((id(group), direction, position),
+                                         (group, why, []))[2].append(vm.name)
+    for (_, direction, position), (group, why, vms) in sorted(
+            users.items(), key=lambda item: (item[1][0].ref, item[0][1], item[0][2])):
+        path = ("spec", direction, position)
+        ctx.diagnostics.append(Diagnostic(
+            "POLICY_RULE_NOT_REALISED",
+            f"{direction} rule {position + 1} of SecurityGroup '{group.name}' is left out for "
+            f"its VMs on hosting clusters ({', '.join(sorted(vms))}): {why}; the traffic it "
+            "allows reaches them only if another rule allows it",
+            file=group.doc.file, line=group.doc.line_of(path), path=json_pointer(path),
+            hint="allow it with a rule the cluster can express (one port, or protocol all), "
+                 "or run the VMs on the fabric"))
 
 
 def _check_interfaces(ctx: Context, workload: Manifest) -> None:

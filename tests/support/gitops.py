@@ -58,12 +58,14 @@ def edit(repo: Path, rel: str, old: str, new: str) -> None:
 
 def ovn_only_repo(target: Path, northbound: str = "embedded", mode: str = "report") -> Path:
     """The example network repo (workflows included) without its Kubernetes manager, whose
-    hosting clusters cannot be reached here, and with the OVN Northbound `northbound`."""
+    hosting clusters cannot be reached here (its VM there runs on the fabric instead), and
+    with the OVN Northbound `northbound`."""
     shutil.copytree(EXAMPLE, target)
     managers = target / "provider" / "managers.yaml"
     text = managers.read_text()
     managers.write_text(text[:text.index("---\n# The hosting clusters")])
     edit(target, "provider/classes.yaml", "  k8sManager: kubernetes\n", "")
+    edit(target, "tenants/acme/compute.yaml", "  hostingCluster: hosting-a1\n", "")
     if northbound != "embedded":
         edit(target, "provider/managers.yaml", "northbound: embedded", f"northbound: {northbound}")
     set_mode(target, mode)
