@@ -160,7 +160,8 @@ CODES: dict[str, CodeInfo] = {
         "range): left out there"
     ),
     "CLUSTER_PREREQUISITE_MISSING": CodeInfo(
-        "Workloads", _E, "no `api` ExternalIPAttachment or no NATGateway for a Cluster"
+        "Workloads", _W, "a Cluster without an `api` ExternalIPAttachment or a NATGateway: "
+        "planned, but unreachable from outside (or cut off from it) until they exist"
     ),
     # Classes and managers
     "NETWORK_CLASS_INVALID": CodeInfo(
@@ -170,6 +171,10 @@ CODES: dict[str, CodeInfo] = {
     ),
     "NO_NETWORK_CLASS": CodeInfo(
         "Classes and managers", _E, "a VirtualNetwork names none and its region has no default"
+    ),
+    "NETWORK_CLASS_NOT_ALLOWED": CodeInfo(
+        "Classes and managers", _E,
+        "a VirtualNetwork uses a NetworkClass its Tenant's `networkClasses` does not list"
     ),
     "CAPABILITY_MISSING": CodeInfo(
         "Classes and managers", _E, "the resource needs a capability its class lacks"

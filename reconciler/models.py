@@ -190,6 +190,9 @@ DEFAULT_ALLOWED_CIDRS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00:
 
 class TenantSpec(_Model):
     regions: list[Name]
+    network_classes: list[Name] | None = Field(
+        default=None, description="The NetworkClasses the tenant's VirtualNetworks may use; "
+                                  "default: every class of its regions")
     allowed_cidrs: list[Cidr] = Field(default_factory=lambda: list(DEFAULT_ALLOWED_CIDRS))
     quotas: dict[TenantKindName, Annotated[int, Field(ge=0)]] | None = None
 

@@ -212,12 +212,17 @@ def replaced_rows_reason(rows: list[Change], describe: Describe) -> str:
 
 
 def protected_destroys(changes: list[Change]) -> dict[str, str]:
-    """Owner → action, for protected resources the plan would delete or replace."""
+    """Owner → action, for protected resources the plan would delete or replace. A row
+    deleted while its owner keeps others (an ACL of a rule that changed) is an update of
+    the owner, which protection allows, as Terraform's prevent_destroy does."""
+    alive = {c.after.owner for c in changes if c.after is not None}
     out: dict[str, str] = {}
     for change in changes:  # protected in the backend, or by the repo as it is now
         protected = any(obj is not None and obj.meta.get(TAG_PROTECTED) == "true"
                         for obj in (change.before, change.after))
-        if protected and change.actions in ((DELETE,), REPLACE):
+        destroyed = change.actions == REPLACE or (
+            change.actions == (DELETE,) and change.obj.owner not in alive)
+        if protected and destroyed:
             out.setdefault(change.obj.owner, action_name(change.actions))
     return out
 

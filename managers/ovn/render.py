@@ -402,10 +402,15 @@ class _Renderer:
             unknown_vips = False
         vip_keys = [vip_key(t, workload.name, e) for e in ("api", "ingress")] \
             if workload.kind == "Cluster" else []
-        for index, attachment in enumerate(workload.obj.spec.network_attachments):
+        attachments = workload.obj.spec.network_attachments
+        # OSAC: a workload's attachments are immutable once it exists; adding, removing or
+        # reordering one recreates every port of the workload (its groups stay mutable).
+        # One attachment keeps the tag it always had: upgrading recreates no such port.
+        identities = [attachment_identity(a) for a in attachments]
+        identity = immutable_tag(identities[0] if len(identities) == 1 else identities)
+        for index, attachment in enumerate(attachments):
             port = port_key(workload, index)
             spaces = self.model.subnet_spaces(t, attachment.subnet)
-            identity = immutable_tag(attachment_identity(attachment))
             # A cluster's VIPs come from its first subnet: recorded there, so they are
             # held in that subnet only.
             meta = {TAG_IMMUTABLE: identity, **self.recorded(

@@ -169,15 +169,22 @@ def _check_cluster_prerequisites(ctx: Context,
         subnet = ctx.get("Subnet", cluster.tenant, cluster.obj.spec.network_attachments[0].subnet)
         if subnet is None:
             continue
+        vn = subnet.obj.spec.virtual_network
         missing = []
         if (cluster.tenant, cluster.name) not in api_targets:
-            missing.append("an ExternalIPAttachment with endpoint api")
-        if (cluster.tenant, subnet.obj.spec.virtual_network) not in nat_per_network:
-            missing.append(f"a NATGateway on VirtualNetwork '{subnet.obj.spec.virtual_network}'")
-        if missing:
-            ctx.report("CLUSTER_PREREQUISITE_MISSING", cluster, ("kind",),
-                       f"Cluster '{cluster.name}' needs " + " and ".join(missing),
-                       "declare them in the same tenant")
+            missing.append("without an ExternalIPAttachment with endpoint api: its API is "
+                           "unreachable from outside until one exists")
+        if (cluster.tenant, vn) not in nat_per_network:
+            missing.append(f"without a NATGateway on VirtualNetwork '{vn}': its nodes cannot "
+                           "open connections to the outside (image pulls, updates) until one "
+                           "exists")
+        if missing:  # OSAC leaves the order to the cluster template: a warning, not a veto
+            ctx.diagnostics.append(Diagnostic(
+                "CLUSTER_PREREQUISITE_MISSING",
+                f"Cluster '{cluster.name}' is planned " + "; and ".join(missing),
+                file=cluster.doc.file, line=cluster.doc.line_of(("kind",)), path="/kind",
+                hint="declare them in the same tenant when the cluster should be reached "
+                     "or reach out"))
 
 
 def check_quotas(ctx: Context) -> None:

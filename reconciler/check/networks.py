@@ -20,6 +20,8 @@ def check_tenants(ctx: Context) -> dict[str, list[netaddr.IPNetwork]]:
     """Validate Tenants; return each tenant's parsed allowedCidrs."""
     allowed: dict[str, list[netaddr.IPNetwork]] = {}
     for tenant in ctx.kind("Tenant"):
+        for index, name in enumerate(tenant.obj.spec.network_classes or ()):
+            ctx.lookup(tenant, ("spec", "networkClasses", index), "NetworkClass", name)
         nets = []
         for index, text in enumerate(tenant.obj.spec.allowed_cidrs):
             net = parse_cidr(ctx, tenant, ("spec", "allowedCidrs", index), text,
@@ -113,6 +115,7 @@ def check_networks(ctx: Context, allowed: dict[str, list[netaddr.IPNetwork]]) ->
         class_name = class_of_network(ctx, vn)
         if class_name is not None:
             ctx.vn_class[(vn.tenant, vn.name)] = class_name
+            _check_class_allowed(ctx, vn, tenant, class_name)
         nets: dict[int, netaddr.IPNetwork] = {}
         if spec.ipv4_cidr is None and spec.ipv6_cidr is None:
             ctx.report("SCHEMA_REQUIRED", vn, ("spec",),
@@ -135,6 +138,20 @@ def check_networks(ctx: Context, allowed: dict[str, list[netaddr.IPNetwork]]) ->
                            f"{net} is outside the tenant's allowedCidrs",
                            "allowed: " + ", ".join(str(n) for n in permitted))
         ctx.networks[(vn.tenant, vn.name)] = nets
+
+
+def _check_class_allowed(ctx: Context, vn: Manifest, tenant: Manifest | None,
+                         class_name: str) -> None:
+    """The provider may pin a tenant to some classes (OSAC keeps classes out of the tenant
+    API; this is the pinning its reviewers suggested)."""
+    allowed = tenant.obj.spec.network_classes if tenant is not None else None
+    if allowed is None or class_name in allowed:
+        return
+    chosen = "spec.networkClass" if vn.obj.spec.network_class else "the region's default class"
+    ctx.report("NETWORK_CLASS_NOT_ALLOWED", vn,
+               ("spec", "networkClass") if vn.obj.spec.network_class else ("spec", "region"),
+               f"tenant {vn.tenant} may not use NetworkClass '{class_name}' ({chosen})",
+               "allowed: " + (", ".join(allowed) or "none") + "; name one as networkClass")
 
 
 def check_subnets(ctx: Context) -> None:

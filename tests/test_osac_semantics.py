@@ -1,0 +1,113 @@
+"""Where unet follows the final revision of the OSAC unified networking API (issue 15):
+each test changes the example repo the way an OSAC user would and checks what unet plans.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from reconciler.pipeline import plan_between, render_desired
+
+from .test_plan_props import EXAMPLE_FILES, Files, validate_memory
+
+API = "network.osac.io/v1alpha1"
+
+
+def _docs(files: Files, rel: str, kind: str, name: str) -> dict[str, Any]:
+    return next(d for d in files[rel] if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def test_a_cluster_without_its_prerequisites_is_planned_with_a_warning() -> None:
+    """OSAC hands the order of a cluster's pieces to the template: without its `api`
+    attachment and NATGateway a Cluster is still planned, and the plan says what that
+    means."""
+    files = copy.deepcopy(EXAMPLE_FILES)
+    files["tenants/acme/cluster-k1.yaml"] = [
+        d for d in files["tenants/acme/cluster-k1.yaml"]
+        if not (d["kind"] == "ExternalIPAttachment" and d["spec"]["target"].get("endpoint")
+                == "api")]
+    files["tenants/acme/external.yaml"] = [d for d in files["tenants/acme/external.yaml"]
+                                           if d["kind"] != "NATGateway"]
+    head = validate_memory(files)
+    assert head.ok, [d.message for d in head.diagnostics if d.is_error]
+    [warning] = [d for d in head.diagnostics if d.code == "CLUSTER_PREREQUISITE_MISSING"]
+    assert not warning.is_error
+    assert "its API is unreachable from outside until one exists" in warning.message
+    assert "NATGateway on VirtualNetwork 'prod'" in warning.message
+    ports = {o.fields["name"] for o in render_desired(head, {}).objects
+             if o.table == "Logical_Switch_Port"}
+    assert "unet.acme.cluster.k1.0" in ports, "the Cluster is planned"
+    plan = plan_between(validate_memory(EXAMPLE_FILES), head, {})
+    assert plan.ok
+
+
+def test_the_provider_may_pin_a_tenant_to_some_network_classes() -> None:
+    """Tenant.spec.networkClasses: unset, every class of the tenant's regions (existing
+    repos stay valid); set, a network of another class is NETWORK_CLASS_NOT_ALLOWED."""
+    assert validate_memory(EXAMPLE_FILES).ok
+    files = copy.deepcopy(EXAMPLE_FILES)
+    tenants = "provider/tenants/acme.yaml"
+    acme = _docs(files, tenants, "Tenant", "acme")
+    acme["spec"]["networkClasses"] = ["standard-a"]
+    assert validate_memory(files).ok, "the class its networks use"
+    acme["spec"]["networkClasses"] = ["standard-b", "gold"]
+    problems = {(d.code, d.path, d.message) for d in validate_memory(files).diagnostics
+                if d.is_error}
+    assert ("NETWORK_CLASS_NOT_ALLOWED", "/spec/networkClass",
+            "tenant acme may not use NetworkClass 'standard-a' (spec.networkClass)") in problems
+    assert any(code == "REF_NOT_FOUND" and path == "/spec/networkClasses/1"
+               for code, path, _ in problems)
+
+
+def _plan(files: Files) -> Any:
+    head = validate_memory(files)
+    assert head.ok, [d.message for d in head.diagnostics if d.is_error]
+    return plan_between(validate_memory(EXAMPLE_FILES), head, {})
+
+
+def test_attachments_are_immutable_and_security_groups_are_not() -> None:
+    """Adding, removing or reordering attachments recreates every port of the workload,
+    said by IMMUTABLE_CHANGED; changing an attachment's groups changes it in place."""
+    files = copy.deepcopy(EXAMPLE_FILES)
+    web1 = _docs(files, "tenants/acme/compute.yaml", "ComputeInstance", "web-1")
+    web1["spec"]["networkAttachments"][0]["primary"] = True
+    web1["spec"]["networkAttachments"].append({"subnet": "db", "securityGroups": ["db"]})
+    plan = _plan(files)
+    resource = next(r for r in plan.resources if r.address == "ComputeInstance/acme/web-1")
+    assert resource.action == "replace"
+    ports = {c.obj.key: c.actions for c in plan.changes
+             if c.obj.table == "Logical_Switch_Port" and "/web-1/" in c.obj.key}
+    assert ports == {"Logical_Switch_Port/acme/ComputeInstance/web-1/0": ("delete", "create"),
+                     "Logical_Switch_Port/acme/ComputeInstance/web-1/1": ("create",)}
+    assert any(d.code == "IMMUTABLE_CHANGED" and "ComputeInstance/acme/web-1" in d.message
+               for d in plan.diagnostics)
+
+    files = copy.deepcopy(EXAMPLE_FILES)
+    web1 = _docs(files, "tenants/acme/compute.yaml", "ComputeInstance", "web-1")
+    web1["spec"]["networkAttachments"][0]["securityGroups"] = ["web", "db"]
+    plan = _plan(files)
+    resource = next(r for r in plan.resources if r.address == "ComputeInstance/acme/web-1")
+    assert resource.action == "update"
+    assert not any(c.is_replace for c in plan.changes)
+
+
+def test_a_protected_group_may_change_its_rules_and_its_members() -> None:
+    """Protection stops a delete or a replace of the resource; changing a rule (one ACL
+    row goes, another comes) or who uses the group (a VM moving to a hosting cluster
+    changes the ACLs naming it as a remote) is an update, as in Terraform."""
+    from reconciler.models import PREVENT_DESTROY_ANNOTATION
+
+    files = copy.deepcopy(EXAMPLE_FILES)
+    web = _docs(files, "tenants/acme/security-groups.yaml", "SecurityGroup", "web")
+    web["metadata"]["annotations"] = {PREVENT_DESTROY_ANNOTATION: "true"}
+    base = validate_memory(files)
+    web["spec"]["ingress"][1]["portFrom"] = web["spec"]["ingress"][1]["portTo"] = 8080
+    _docs(files, "tenants/acme/compute.yaml", "ComputeInstance", "web-2")["spec"][
+        "hostingCluster"] = "hosting-a2"
+    plan = plan_between(base, validate_memory(files), {})
+    assert plan.ok, [d.message for d in plan.diagnostics if d.is_error]
+    group = next(r for r in plan.resources if r.address == "SecurityGroup/acme/web")
+    assert group.action == "update"
+    assert any(c.actions == ("delete",) and c.obj.owner == group.address and
+               c.obj.table == "ACL" for c in plan.changes), "an ACL row did go"
