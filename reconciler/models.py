@@ -250,6 +250,13 @@ class SubnetSpec(_Model):
     routes: list[Route] = Field(default_factory=list)
     mtu: int = 1500
     dhcp: bool = True
+    lease_time: int = Field(43200, ge=60, le=4294967295, description="DHCPv4 lease, seconds")
+    domain_name: str | None = Field(
+        default=None, max_length=253,
+        pattern=r"^([a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?\.)*[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?$",
+        description="Offered by DHCP (domain name, and the IPv6 domain search list)")
+    ntp_servers: list[Address] = Field(default_factory=list,
+                                       description="IPv4 NTP servers offered by DHCPv4")
 
 
 class Subnet(_TenantResource):

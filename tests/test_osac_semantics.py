@@ -111,3 +111,22 @@ def test_a_protected_group_may_change_its_rules_and_its_members() -> None:
     assert group.action == "update"
     assert any(c.actions == ("delete",) and c.obj.owner == group.address and
                c.obj.table == "ACL" for c in plan.changes), "an ACL row did go"
+
+
+def test_dhcp_extras_are_checked_and_rendered_where_ovn_has_them() -> None:
+    """leaseTime, domainName and ntpServers (PlasmaVMC's subnet options): DHCPv4 gets all
+    three, DHCPv6 the domain as its search list; OVN's DHCPv6 has no NTP option, so an
+    IPv6 NTP server is refused rather than dropped."""
+    objects = {o.key: o for o in render_desired(validate_memory(EXAMPLE_FILES), {}).objects}
+    v4 = objects["DHCP_Options/acme/db/v4"].fields["options"]
+    assert (v4["lease_time"], v4["domain_name"], v4["ntp_server"]) == \
+        ("3600", '"db.acme.example"', "{192.0.2.123}")
+    assert objects["DHCP_Options/acme/db/v6"].fields["options"]["domain_search"] == \
+        '"db.acme.example"'
+    assert objects["DHCP_Options/acme/web/v4"].fields["options"]["lease_time"] == "43200"
+    files = copy.deepcopy(EXAMPLE_FILES)
+    _docs(files, "tenants/acme/network.yaml", "Subnet", "db")["spec"]["ntpServers"] = [
+        "fd00::123"]
+    [problem] = [d for d in validate_memory(files).diagnostics if d.is_error]
+    assert (problem.code, problem.path) == ("ADDRESS_INVALID", "/spec/ntpServers/0")
+    assert "IPv4 expected" in problem.message

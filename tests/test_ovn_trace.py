@@ -804,10 +804,29 @@ def test_dhcp_offers_the_allocated_address(example: Fabric) -> None:
         offer = delivered(result, port)
         assert (offer["eth.src"], offer["eth.dst"]) == (gw.mac, port.mac)
         assert (offer["ip4.src"], offer["udp.src"], offer["udp.dst"]) == (gw.ip4, "67", "68")
+        assert options["lease_time"] == str(doc["spec"].get("leaseTime", 43200))
+        if name == "db-1":  # the extras: the domain and the NTP server
+            assert options["domain_name"] == f'"{doc["spec"]["domainName"]}"'
+            assert options["ntp_server"] == "{" + ", ".join(doc["spec"]["ntpServers"]) + "}"
         if name == "db-1":  # RFC 3442 routes, with the default route spelled out
             offered = options["classless_static_route"].strip("{}").replace(" ", "")
             routes = [(r["destination"], r["nexthop"]) for r in doc["spec"]["routes"]]
             assert offered == ",".join(f"{d},{h}" for d, h in [*routes, ("0.0.0.0/0", gw.ip4)])
+
+    # The default route on one NIC only: app-1 is primary on app and secondary on data,
+    # db-metal the other way round; each learns a router only on its primary subnet.
+    for kind, name, index, router in (("ComputeInstance", "app-1", 0, True),
+                                      ("ComputeInstance", "app-1", 1, False),
+                                      ("BaremetalInstance", "db-metal", 0, True),
+                                      ("BaremetalInstance", "db-metal", 1, False)):
+        port = nb.port("globex", kind, name, index)
+        result = trace(example.lab, port.switch, ip_packet(
+            port, "ff:ff:ff:ff:ff:ff", "255.255.255.255", src="0.0.0.0"), discover)
+        options = _dhcp_options(result, "put_dhcp_opts")
+        assert options["offerip"] == port.ip4, result
+        assert ("router" in options) is router, (name, index, options)
+        assert "0.0.0.0/0" not in options.get("classless_static_route", ""), options
+        delivered(result, port)
 
     # The fixed MAC of initech's runner gets its lease too.
     runner = nb.port("initech", "ComputeInstance", "ci-runner-1")

@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 PRIORITY_DROP = 1000
 PRIORITY_INFRA = 1001
 PRIORITY_RULE = 1002
-DHCP_LEASE_TIME = "43200"
 #: On an ACL: what it opens to traffic from outside its network, in words, for people who
 #: read the Northbound (plans read it from the row itself: `exposure`).
 TAG_EXPOSURE = "unet:exposure"
@@ -177,6 +176,10 @@ class _Renderer:
 
     def run(self) -> None:
         self.ports = self._index_ports()
+        # Subnets that some workload attaches to other than by its primary attachment.
+        self.secondary = {(w.tenant, a.subnet) for w in self.model.workloads
+                          for i, a in enumerate(w.obj.spec.network_attachments)
+                          if i != _primary_index(w)}
         self.hosted = self._index_hosted()
         networks = [vn for vn in self.model.kind("VirtualNetwork") if self._ours(vn)]
         ours = {(vn.tenant, vn.name) for vn in networks}
@@ -295,20 +298,29 @@ class _Renderer:
         dns6 = [d for d in spec.dns_servers if ":" in d]
         if 4 in spaces and 4 in gateways:
             options = {"server_id": gateways[4], "server_mac": mac, "router": gateways[4],
-                       "lease_time": DHCP_LEASE_TIME, "mtu": str(spec.mtu)}
+                       "lease_time": str(spec.lease_time), "mtu": str(spec.mtu)}
             if dns4:
                 options["dns_server"] = "{" + ", ".join(dns4) + "}"
+            if spec.ntp_servers:
+                options["ntp_server"] = "{" + ", ".join(spec.ntp_servers) + "}"
+            if spec.domain_name:
+                options["domain_name"] = f'"{spec.domain_name}"'
             routes = [(r.destination, r.nexthop) for r in spec.routes if ":" not in r.nexthop]
-            if routes:  # RFC 3442: clients ignore `router` when classless routes are given
-                routes.append(("0.0.0.0/0", gateways[4]))
-                options["classless_static_route"] = \
-                    "{" + ", ".join(f"{d},{h}" for d, h in routes) + "}"
             self.out.add("DHCP_Options", key("DHCP_Options", t, subnet.name, "v4"), subnet.ref,
-                         {"cidr": str(spaces[4].net), "options": options})
+                         {"cidr": str(spaces[4].net), "options": _with_routes(
+                             options, [*routes, ("0.0.0.0/0", gateways[4])] if routes else [])})
+            if (t, subnet.name) in self.secondary:  # the default route on one NIC only
+                options = {k: v for k, v in options.items() if k != "router"}
+                self.out.add("DHCP_Options", key("DHCP_Options", t, subnet.name, "v4",
+                                                 "secondary"), subnet.ref,
+                             {"cidr": str(spaces[4].net), "options": _with_routes(options,
+                                                                                  routes)})
         if 6 in spaces:
             options = {"server_id": mac}
             if dns6:
                 options["dns_server"] = "{" + ", ".join(dns6) + "}"
+            if spec.domain_name:
+                options["domain_search"] = f'"{spec.domain_name}"'
             self.out.add("DHCP_Options", key("DHCP_Options", t, subnet.name, "v6"), subnet.ref,
                          {"cidr": str(spaces[6].net), "options": options})
 
@@ -424,7 +436,9 @@ class _Renderer:
                 unknown |= not known
             addresses += cluster_vips
             entry = " ".join(addresses)
-            refs = {"dhcpv4_options": (key("DHCP_Options", t, attachment.subnet, "v4"),)
+            dhcp4 = key("DHCP_Options", t, attachment.subnet, "v4",
+                        *(() if index == _primary_index(workload) else ("secondary",)))
+            refs = {"dhcpv4_options": (dhcp4,)
                     if 4 in spaces and self._dhcp_on(t, attachment.subnet) else (),
                     "dhcpv6_options": (key("DHCP_Options", t, attachment.subnet, "v6"),)
                     if 6 in spaces and self._dhcp_on(t, attachment.subnet) else ()}
@@ -671,6 +685,15 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
                  remote or ("::/0" if found["family"] == "ip6" else "0.0.0.0/0"))
     opened = rule.exposure(cidrs)
     return f"{opened} to {group}" if opened else None
+
+
+def _with_routes(options: dict[str, str], routes: list[tuple[str, str]]) -> dict[str, str]:
+    """DHCPv4 options with RFC 3442 classless routes, when there are any (clients then
+    ignore `router`: a default route must be one of them)."""
+    if not routes:
+        return options
+    return {**options, "classless_static_route":
+            "{" + ", ".join(f"{d},{h}" for d, h in routes) + "}"}
 
 
 def _hosted_set(vm: Manifest, index: int, version: int) -> str:

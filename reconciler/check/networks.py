@@ -175,6 +175,8 @@ def check_subnets(ctx: Context) -> None:
                     "a subnet with dhcp: true")
         for index, server in enumerate(spec.dns_servers):
             parse_ip(ctx, subnet, ("spec", "dnsServers", index), server)
+        for index, server in enumerate(spec.ntp_servers):  # OVN's DHCPv6 has no NTP option
+            parse_ip(ctx, subnet, ("spec", "ntpServers", index), server, version=4)
         for index, route in enumerate(spec.routes):
             _check_route(ctx, subnet, index, route, spaces)
     for (_tenant, _vn, version), members in by_network.items():
