@@ -102,12 +102,12 @@ def exposure_lines(doc: dict[str, Any]) -> list[str]:
     exp = doc["exposure"]
     lines = [f"+ opens {e['rule']}" for e in exp["rules_opened"]]
     lines += [f"- closes {e['rule']}" for e in exp["rules_closed"]]
-    lines += [f"+ attaches {e['address']} → {e['target']} ({e['owner']})"
-              for e in exp["ips_attached"]]
+    lines += [f"+ attaches {e['address']} → {e['target']}: new connections in to it "
+              f"({e['owner']})" for e in exp["ips_attached"]]
     lines += [f"- detaches {e['address']} from {e['target']} ({e['owner']})"
               for e in exp["ips_detached"]]
-    lines += [f"+ NAT gateway {e['address']} for {e['target']} ({e['owner']})"
-              for e in exp["nat_added"]]
+    lines += [f"+ NAT gateway {e['address']} for {e['target']}: new connections out from it "
+              f"({e['owner']})" for e in exp["nat_added"]]
     lines += [f"- NAT gateway {e['address']} for {e['target']} ({e['owner']})"
               for e in exp["nat_removed"]]
     lines += [f"! drift opens {e['rule']} — repair closes it ({e['owner']})"

@@ -93,7 +93,7 @@ def test_apply_example_builds_the_network_and_northd_compiles_it(
     assert ipaddress.ip_address("203.0.113.10") <= snat_ip <= \
         ipaddress.ip_address("203.0.113.200") and str(snat_ip) != "203.0.113.53"
     assert snat[0]["external_ids"]["unet:owner"] == "NATGateway/acme/prod"
-    floating = {r["logical_ip"]: r["external_ip"] for r in nat if r["type"] == "dnat_and_snat"}
+    floating = {r["logical_ip"]: r["external_ip"] for r in nat if r["type"] == "dnat"}
     assert floating[ip4] != str(snat_ip)
     assert f'external ip: "{snat_ip}"' in show and 'type: "snat"' in show
 

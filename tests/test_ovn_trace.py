@@ -371,6 +371,30 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
 
 
 @pytest.fixture(scope="module")
+def inbound_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    """The example plus, in initech's lab (no NATGateway), launch-1 in a group open on 443
+    and initech's reserved launch-web attached to it."""
+    root = tmp_path_factory.mktemp("trace-inbound")
+    repo = root / "repo"
+    shutil.copytree(EXAMPLE, repo)
+    _append(repo, "tenants/initech/security-groups.yaml", {
+        "apiVersion": API, "kind": "SecurityGroup", "metadata": {"name": "launch"},
+        "spec": {"virtualNetwork": "lab",
+                 "ingress": [{"protocol": "tcp", "portFrom": 443, "portTo": 443,
+                              "cidr": "0.0.0.0/0"}],
+                 "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"}]}})
+    _append(repo, "tenants/initech/compute.yaml", {
+        "apiVersion": API, "kind": "ComputeInstance", "metadata": {"name": "launch-1"},
+        "spec": {"networkAttachments": [{"subnet": "build", "securityGroups": ["launch"]}]}})
+    _append(repo, "tenants/initech/external.yaml", {
+        "apiVersion": API, "kind": "ExternalIPAttachment", "metadata": {"name": "launch-web"},
+        "spec": {"externalIP": "launch-web",
+                 "target": {"kind": "ComputeInstance", "name": "launch-1"}}})
+    with applied(root, repo) as fabric:
+        yield fabric
+
+
+@pytest.fixture(scope="module")
 def initech(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     """The example plus, in initech's lab, a second default-group runner and a `tools` subnet
     whose VM uses a declared group (so lab has members and non-members of `default`)."""
@@ -666,10 +690,10 @@ def test_outbound_traffic_is_snatted_to_the_nat_gateway_address(example: Fabric)
         assert router in result.datapaths
         assert any(s.table == "lr_out_snat" for s in result.stages), result
 
-    # web-1 has its own 1:1 address: its connections leave from that one, not the NAT's.
+    # web-1's own address is inbound only (OSAC): its new connections leave from the NAT's.
     web1 = nb.port("acme", "ComputeInstance", "web-1")
     result = example.send(web1, nb.gateway("acme", "web").mac, OUTSIDE, TCP.format(443))
-    assert delivered(result, upstream)["ip4.src"] == nb.external_ip("acme", "web-1-public")
+    assert delivered(result, upstream)["ip4.src"] == nat
 
     # globex in region-b: app-1's second port (not the attachment's target) uses corp's NAT.
     app1_data = nb.port("globex", "ComputeInstance", "app-1", 1)
@@ -725,6 +749,32 @@ def test_external_ip_reaches_its_target(example: Fabric) -> None:
     replica = _inbound(example, "region-b", dr, TCP.format(5432), src=OFFICE)
     assert delivered(replica, metal)["ip4.dst"] == metal.ip4
     dropped(_inbound(example, "region-b", dr, TCP.format(5432)), "ls_out_acl", metal.switch)
+
+
+def test_an_attachment_is_inbound_only(inbound_only: Fabric) -> None:
+    """OSAC: an ExternalIPAttachment lets connections in, and their replies out from the
+    external address; without a NATGateway no new connection leaves the network (with
+    a private source or any other)."""
+    nb, fabric = inbound_only.nb, inbound_only
+    launch = nb.port("initech", "ComputeInstance", "launch-1")
+    public = nb.external_ip("initech", "launch-web")
+    upstream = fabric.upstream["region-a"]
+    gw = nb.gateway("initech", "build")
+
+    https = _inbound(fabric, "region-a", public, TCP.format(443))
+    assert delivered(https, launch)["ip4.dst"] == launch.ip4
+    reply = fabric.send(launch, gw.mac, OUTSIDE, "ip.ttl == 64 && tcp && tcp.src == 443 && "
+                        "tcp.dst == 40000", ct=("--ct=est,rpl",) * 6)
+    delivered(reply, upstream)  # the reply leaves; the router's conntrack translates it back
+    # (ovn-trace keeps no connection state, so it shows the step, not the new source)
+    assert any(s.table == "lr_out_undnat" and any("ct_dnat" in a for a in s.actions)
+               for s in reply.stages), reply
+
+    lab = nb.group("initech", "lab")
+    for port in (launch, nb.port("initech", "ComputeInstance", "ci-runner-1")):
+        out = fabric.send(port, gw.mac, OUTSIDE, TCP.format(443))
+        dropped(out, "ls_in_acl", port.switch, f"inport == @{lab} && ip4 && ct.new")
+    # Inside the network nothing changes: DHCP and neighbours still work (another test).
 
 
 def test_unattached_external_ips_reach_nothing(example: Fabric) -> None:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 PRIORITY_DROP = 1000
 PRIORITY_INFRA = 1001
 PRIORITY_RULE = 1002
+PRIORITY_NO_EGRESS = 1003  # above every rule: no NATGateway, no new connection out
 #: On an ACL: what it opens to traffic from outside its network, in words, for people who
 #: read the Northbound (plans read it from the row itself: `exposure`).
 TAG_EXPOSURE = "unet:exposure"
@@ -249,6 +250,15 @@ class _Renderer:
             ("from-lport", PRIORITY_INFRA, f"inport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
             ("to-lport", PRIORITY_INFRA, f"outport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
         ]
+        cidrs = self.model.network_cidrs(vn.tenant, vn.name)
+        if 4 in cidrs and (vn.tenant, vn.name) not in self.model.nat_gateways and \
+                self.model.active_attachments.get((vn.tenant, vn.name)):
+            # OSAC: attachments are inbound only, outbound is the NATGateway's. The router
+            # has a way out (for the replies of inbound connections): new connections from
+            # the network to outside it must not take it with a private source.
+            rules.append(("from-lport", PRIORITY_NO_EGRESS,
+                          f"inport == @{pg} && ip4 && ct.new && ip4.dst != "
+                          f"{{{cidrs[4]}, 255.255.255.255, 224.0.0.0/4}}", "drop"))
         for direction, priority, match, action in rules:
             self._acl(group, vn.ref, direction, priority, match, action)
 
@@ -525,8 +535,10 @@ class _Renderer:
             workload = self.model.get(target.kind, t, target.name)
             index = _primary_index(workload) if workload is not None else 0
             internal = self.value(ip_of_port(f"{t}/{target.kind}/{target.name}/{index}", 4))
+        # `dnat`, not `dnat_and_snat`: inbound only (OSAC); the target's replies are
+        # translated back, its new connections leave through the NATGateway, if any.
         self._nat(router, lrp_key, key("NAT", t, "attachment", attachment.name), attachment.ref,
-                  "dnat_and_snat", external, internal[0], internal[1])
+                  "dnat", external, internal[0], internal[1])
 
     def _nat(self, router: str, lrp_key: str, row_key: str, owner: str, kind: str,
              external: tuple[str, bool], logical_ip: str, logical_known: bool = True) -> None:
@@ -648,7 +660,7 @@ def exposure(obj: BackendObject, model: Model) -> Exposure | None:
     """What a row, as it is, opens to the outside: an allow rule (read back from its
     match, so drift counts too), or an address translation."""
     if obj.table == "NAT":
-        kind = "ip" if obj.fields.get("type") == "dnat_and_snat" else "nat"
+        kind = "ip" if obj.fields.get("type") in ("dnat", "dnat_and_snat") else "nat"
         return Exposure(kind, {"address": str(obj.fields.get("external_ip")),
                                "target": str(obj.fields.get("logical_ip"))})
     if obj.table != "ACL" or obj.parent is None:
