@@ -238,12 +238,27 @@ class Route(_Model):
     nexthop: Address
 
 
+def _null_allowed(schema: dict[str, Any]) -> None:
+    """Keep `null` in a field's JSON Schema where it means something (here: no gateway),
+    unlike other optional fields, where leaving the field out is the only spelling."""
+    description = schema.pop("description", None)
+    inner = dict(schema)
+    schema.clear()
+    schema["anyOf"] = [inner, {"type": "null"}]
+    if description is not None:
+        schema["description"] = description
+
+
 class SubnetSpec(_Model):
     virtual_network: Name
     ipv4_cidr: Cidr | None = None
     ipv6_cidr: Cidr | None = None
-    gateway: Address | None = Field(default=None, description="Default: the first host")
-    ipv6_gateway: Address | None = Field(default=None, description="Default: the first host")
+    gateway: Address | None = Field(
+        default=None, json_schema_extra=_null_allowed,
+        description="Default: the first host; null: no gateway (an isolated segment)")
+    ipv6_gateway: Address | None = Field(
+        default=None, json_schema_extra=_null_allowed,
+        description="Default: the first host; null: no gateway (an isolated segment)")
     allocation_ranges: list[AddressRange] | None = None
     exclude_addresses: list[Address] = Field(default_factory=list)
     dns_servers: list[Address] = Field(default_factory=list)

@@ -130,3 +130,19 @@ def test_dhcp_extras_are_checked_and_rendered_where_ovn_has_them() -> None:
     [problem] = [d for d in validate_memory(files).diagnostics if d.is_error]
     assert (problem.code, problem.path) == ("ADDRESS_INVALID", "/spec/ntpServers/0")
     assert "IPv4 expected" in problem.message
+
+
+def test_a_subnet_without_a_gateway_is_an_isolated_segment() -> None:
+    """`gateway: null` (not leaving it out): no router port, no router option; DHCP
+    answers from the first host, which is therefore never handed out."""
+    objects = {o.key: o for o in render_desired(validate_memory(EXAMPLE_FILES), {}).objects}
+    assert "Logical_Router_Port/globex/backup" not in objects
+    assert "Logical_Switch_Port/globex/backup/router" not in objects
+    options = objects["DHCP_Options/globex/backup/v4"].fields["options"]
+    assert "router" not in options and options["server_id"] == "10.10.3.1"
+    port = objects["Logical_Switch_Port/globex/ComputeInstance/backup-1/0"]
+    assert port.fields["addresses"][0].split()[1] == "10.10.3.2"
+    files = copy.deepcopy(EXAMPLE_FILES)
+    del _docs(files, "tenants/globex/network.yaml", "Subnet", "backup")["spec"]["gateway"]
+    objects = {o.key: o for o in render_desired(validate_memory(files), {}).objects}
+    assert objects["Logical_Router_Port/globex/backup"].fields["networks"] == ["10.10.3.1/24"]

@@ -878,6 +878,18 @@ def test_dhcp_offers_the_allocated_address(example: Fabric) -> None:
         assert "0.0.0.0/0" not in options.get("classless_static_route", ""), options
         delivered(result, port)
 
+    # globex's backup segment has no gateway: DHCP offers an address and no router, and
+    # nothing answers for the first host, which a router port would hold.
+    backup = nb.port("globex", "ComputeInstance", "backup-1")
+    result = trace(example.lab, backup.switch, ip_packet(
+        backup, "ff:ff:ff:ff:ff:ff", "255.255.255.255", src="0.0.0.0"), discover)
+    options = _dhcp_options(result, "put_dhcp_opts")
+    assert options["offerip"] == backup.ip4 and "router" not in options, options
+    assert options["server_id"] == "10.10.3.1" and backup.ip4 != "10.10.3.1"
+    assert "Logical_Router_Port/globex/backup" not in nb.rows
+    unanswered = example.arp(backup, "10.10.3.1")
+    assert not any(f.get("arp.op") == "2" for _, f in unanswered.outputs), unanswered
+
     # The fixed MAC of initech's runner gets its lease too.
     runner = nb.port("initech", "ComputeInstance", "ci-runner-1")
     assert runner.mac == "02:00:00:00:10:01"

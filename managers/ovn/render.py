@@ -285,18 +285,19 @@ class _Renderer:
             "name": f"unet.{t}.{name}",
             "other_config": {},
         })
-        ra = {"address_mode": "dhcpv6_stateful", "mtu": str(spec.mtu)} \
-            if spec.dhcp and 6 in spaces else {}
-        self.out.add("Logical_Router_Port", router_port, subnet.ref, {
-            "name": f"unet.{t}.{name}.gw", "mac": mac, "networks": networks,
-            "ipv6_ra_configs": ra, "options": {},
-        }, parent=(router, "ports"))
-        self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", t, name, "router"),
-                     subnet.ref, {
-            "name": f"unet.{t}.{name}.router", "type": "router", "addresses": ["router"],
-            "options": {"router-port": f"unet.{t}.{name}.gw"}, "port_security": [],
-            "tag_request": None,
-        }, parent=(switch, "ports"))
+        if networks:  # without a gateway the segment is isolated: no router port at all
+            ra = {"address_mode": "dhcpv6_stateful", "mtu": str(spec.mtu)} \
+                if spec.dhcp and 6 in gateways else {}
+            self.out.add("Logical_Router_Port", router_port, subnet.ref, {
+                "name": f"unet.{t}.{name}.gw", "mac": mac, "networks": networks,
+                "ipv6_ra_configs": ra, "options": {},
+            }, parent=(router, "ports"))
+            self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", t, name, "router"),
+                         subnet.ref, {
+                "name": f"unet.{t}.{name}.router", "type": "router", "addresses": ["router"],
+                "options": {"router-port": f"unet.{t}.{name}.gw"}, "port_security": [],
+                "tag_request": None,
+            }, parent=(switch, "ports"))
         if spec.dhcp:
             self._dhcp(subnet, spaces, gateways, mac)
         self._localnet(subnet, switch)
@@ -306,9 +307,16 @@ class _Renderer:
         t, spec = subnet.tenant, subnet.obj.spec
         dns4 = [d for d in spec.dns_servers if ":" not in d]
         dns6 = [d for d in spec.dns_servers if ":" in d]
-        if 4 in spaces and 4 in gateways:
-            options = {"server_id": gateways[4], "server_mac": mac, "router": gateways[4],
+        gateway = gateways.get(4)
+        # Without a gateway the server answers from the first host, kept for it.
+        first = spaces[4].net.first + 1 if 4 in spaces else None
+        server = gateway or (str(_ip(first, 4)) if first in spaces[4].reserved and
+                             spaces[4].net.size > 2 else None) if 4 in spaces else None
+        if server is not None:
+            options = {"server_id": server, "server_mac": mac,
                        "lease_time": str(spec.lease_time), "mtu": str(spec.mtu)}
+            if gateway is not None:
+                options["router"] = gateway
             if dns4:
                 options["dns_server"] = "{" + ", ".join(dns4) + "}"
             if spec.ntp_servers:
@@ -316,9 +324,10 @@ class _Renderer:
             if spec.domain_name:
                 options["domain_name"] = f'"{spec.domain_name}"'
             routes = [(r.destination, r.nexthop) for r in spec.routes if ":" not in r.nexthop]
+            default = [("0.0.0.0/0", gateway)] if gateway is not None else []
             self.out.add("DHCP_Options", key("DHCP_Options", t, subnet.name, "v4"), subnet.ref,
                          {"cidr": str(spaces[4].net), "options": _with_routes(
-                             options, [*routes, ("0.0.0.0/0", gateways[4])] if routes else [])})
+                             options, [*routes, *default] if routes else [])})
             if (t, subnet.name) in self.secondary:  # the default route on one NIC only
                 options = {k: v for k, v in options.items() if k != "router"}
                 self.out.add("DHCP_Options", key("DHCP_Options", t, subnet.name, "v4",

@@ -216,16 +216,21 @@ def _subnet_spaces(ctx: Context, subnet: Manifest, vn: Manifest,
             continue
         gateway_field, gateway_text = (("gateway", spec.gateway) if version == 4
                                        else ("ipv6Gateway", spec.ipv6_gateway))
+        # `gateway: null`, as opposed to leaving it out: no gateway at all
+        no_gateway = gateway_text is None and \
+            ("gateway" if version == 4 else "ipv6_gateway") in spec.model_fields_set
         # Ranges are per family; a family with none draws from its whole subnet.
         ranges = [r for r in spec.allocation_ranges or () if _version_of(r.start) == version]
         space = _address_space(ctx, subnet, net, gateway_text, ("spec", gateway_field),
                                ranges or None, ("spec", "allocationRanges"),
                                spec.exclude_addresses,
                                ("spec", "excludeAddresses"), range_index=_index_map(
-                                   spec.allocation_ranges, version))
+                                   spec.allocation_ranges, version), no_gateway=no_gateway)
         if space is None:
             continue
         space.owner = subnet.ref
+        if no_gateway and version == 4 and spec.dhcp and net.size > 2:
+            space.reserved.add(int(first_host(net)))  # the DHCP server's own address
         if version == 4 and vip_prefix is not None:
             _apply_vip_block(space, vip_prefix)
         if space.ranges_known and _available(space) <= 0:
@@ -278,11 +283,14 @@ def _address_space(
     gateway_text: str | None, gateway_path: Path_,
     ranges: list[Any] | None, ranges_path: Path_,
     exclude: list[str], exclude_path: Path_,
-    range_index: list[int] | None = None,
+    range_index: list[int] | None = None, no_gateway: bool = False,
 ) -> AddressSpace | None:
-    """Gateway, reserved addresses and allocation ranges of a subnet family or a pool."""
+    """Gateway, reserved addresses and allocation ranges of a subnet family or a pool
+    (`no_gateway`: the subnet has none, an isolated segment)."""
     ends = reserved_ends(net)
-    if gateway_text is None:
+    if no_gateway:
+        gateway = None
+    elif gateway_text is None:
         gateway = int(first_host(net)) if net.size > 2 else None
     else:
         ip = parse_ip(ctx, manifest, gateway_path, gateway_text, "GATEWAY_INVALID", net.version)
