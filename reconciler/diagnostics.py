@@ -130,6 +130,9 @@ CODES: dict[str, CodeInfo] = {
     ),
     "ENDPOINT_REQUIRED": CodeInfo("External access", _E, "Cluster target without `endpoint`"),
     "ENDPOINT_FORBIDDEN": CodeInfo("External access", _E, "`endpoint` on a non-Cluster target"),
+    "PORT_FORWARD_DUPLICATE": CodeInfo(
+        "External access", _E, "an ExternalIPAttachment forwards one external port twice"
+    ),
     "NAT_GATEWAY_DUPLICATE": CodeInfo(
         "External access", _E, "a second NATGateway on one VirtualNetwork"
     ),

@@ -325,9 +325,20 @@ class AttachmentTarget(_Model):
     )
 
 
+class PortForward(_Model):
+    protocol: Literal["tcp", "udp"]
+    external_port: int = Field(ge=1, le=65535)
+    internal_port: int | None = Field(default=None, ge=1, le=65535,
+                                      description="Default: the external port")
+
+
 class ExternalIPAttachmentSpec(_Model):
     external_ip: Name = Field(alias="externalIP")
     target: AttachmentTarget
+    ports: list[PortForward] | None = Field(
+        default=None, min_length=1,
+        description="Forward only these ports (PlasmaVMC's port forwarding); default: "
+                    "every port of the address")
 
 
 class ExternalIPAttachment(_TenantResource):

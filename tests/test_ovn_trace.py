@@ -777,6 +777,22 @@ def test_an_attachment_is_inbound_only(inbound_only: Fabric) -> None:
     # Inside the network nothing changes: DHCP and neighbours still work (another test).
 
 
+def test_forwarded_ports_reach_their_internal_port_and_nothing_else(example: Fabric) -> None:
+    """app-1-public forwards tcp 443 to app-1's 8443 (a load balancer on corp's router):
+    443 arrives on 8443, every other port of the address goes nowhere."""
+    nb = example.nb
+    app1 = nb.port("globex", "ComputeInstance", "app-1")
+    public = nb.external_ip("globex", "app-1-public")
+    https = _inbound(example, "region-b", public, TCP.format(443))
+    delivered(https, app1)  # (the trace shows the rewrite as a step, not as fields)
+    assert any(s.table == "lr_in_dnat" and f"backends={app1.ip4}:8443" in " ".join(s.actions)
+               for s in https.stages), https
+    allowed_by(https, "ls_out_acl", "tcp.dst == 8443")  # app's rule: it arrived on 8443
+    for port in (8443, 22):
+        other = _inbound(example, "region-b", public, TCP.format(port))
+        assert app1.name not in [name for name, _ in other.outputs], other
+
+
 def test_unattached_external_ips_reach_nothing(example: Fabric) -> None:
     """web-3-public (target not declared yet) and initech's launch-web are only reserved."""
     nb = example.nb

@@ -69,6 +69,7 @@ MANAGED_COLUMNS: dict[str, tuple[str, ...]] = {
     "Logical_Router_Static_Route": ("ip_prefix", "nexthop", "output_port", "policy",
                                     "route_table"),
     "Gateway_Chassis": ("name", "chassis_name", "priority"),
+    "Load_Balancer": ("name", "vips", "protocol", "options"),
 }
 #: Columns holding child rows (non-root tables live only while a parent holds them).
 PARENT_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -79,6 +80,7 @@ PARENT_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 #: Columns referring to other rows of ours (weak references).
 REF_COLUMNS: dict[str, tuple[str, ...]] = {
+    "Logical_Router": ("load_balancer",),
     "Port_Group": ("ports",),
     "Logical_Switch_Port": ("dhcpv4_options", "dhcpv6_options"),
     "NAT": ("gateway_port",),
@@ -229,9 +231,13 @@ class _Renderer:
         }, parent=(switch, "ports"))
 
     def _network(self, vn: Manifest) -> None:
+        balancers = tuple(sorted(
+            _balancer_key(a, protocol)
+            for a in self.model.active_attachments.get((vn.tenant, vn.name), ())
+            for protocol in sorted({f.protocol for f in a.obj.spec.ports or ()})))
         self.out.add("Logical_Router", key("Logical_Router", vn.tenant, vn.name), vn.ref, {
             "name": f"unet.{vn.tenant}.{vn.name}", "options": {},
-        })
+        }, refs={"load_balancer": balancers} if balancers else None)
         # Every port of the network belongs to this group; its ACLs drop what no rule allows.
         self._network_group(vn)
 
@@ -544,10 +550,28 @@ class _Renderer:
             workload = self.model.get(target.kind, t, target.name)
             index = _primary_index(workload) if workload is not None else 0
             internal = self.value(ip_of_port(f"{t}/{target.kind}/{target.name}/{index}", 4))
+        if spec.ports:
+            self._port_forwards(attachment, external, internal)
+            return
         # `dnat`, not `dnat_and_snat`: inbound only (OSAC); the target's replies are
         # translated back, its new connections leave through the NATGateway, if any.
         self._nat(router, lrp_key, key("NAT", t, "attachment", attachment.name), attachment.ref,
                   "dnat", external, internal[0], internal[1])
+
+    def _port_forwards(self, attachment: Manifest, external: tuple[str, bool],
+                       internal: tuple[str, bool]) -> None:
+        """Only the given ports, each to its internal port: a load balancer of one backend
+        per protocol on the network's router (PlasmaVMC's port forwarding)."""
+        t, forwards = attachment.tenant, attachment.obj.spec.ports
+        unknown = frozenset() if external[1] and internal[1] else frozenset({"vips"})
+        for protocol in sorted({f.protocol for f in forwards}):
+            vips = {f"{external[0]}:{f.external_port}":
+                    f"{internal[0]}:{f.internal_port or f.external_port}"
+                    for f in forwards if f.protocol == protocol}
+            self.out.add("Load_Balancer", _balancer_key(attachment, protocol), attachment.ref, {
+                "name": ident("unet", t, attachment.name, protocol), "vips": vips,
+                "protocol": protocol, "options": {},
+            }, unknown=unknown)
 
     def _nat(self, router: str, lrp_key: str, row_key: str, owner: str, kind: str,
              external: tuple[str, bool], logical_ip: str, logical_known: bool = True) -> None:
@@ -668,6 +692,11 @@ def describe(obj: BackendObject) -> str:
 def exposure(obj: BackendObject, model: Model) -> Exposure | None:
     """What a row, as it is, opens to the outside: an allow rule (read back from its
     match, so drift counts too), or an address translation."""
+    if obj.table == "Load_Balancer":  # forwarded ports: address:port/protocol → target
+        vips = obj.fields.get("vips") or {}
+        protocol = obj.fields.get("protocol")
+        return Exposure("ip", {"address": ", ".join(f"{v}/{protocol}" for v in sorted(vips)),
+                               "target": ", ".join(vips[v] for v in sorted(vips))})
     if obj.table == "NAT":
         kind = "ip" if obj.fields.get("type") in ("dnat", "dnat_and_snat") else "nat"
         return Exposure(kind, {"address": str(obj.fields.get("external_ip")),
@@ -706,6 +735,10 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
                  remote or ("::/0" if found["family"] == "ip6" else "0.0.0.0/0"))
     opened = rule.exposure(cidrs)
     return f"{opened} to {group}" if opened else None
+
+
+def _balancer_key(attachment: Manifest, protocol: str) -> str:
+    return key("Load_Balancer", attachment.tenant, "attachment", attachment.name, protocol)
 
 
 def _with_routes(options: dict[str, str], routes: list[tuple[str, str]]) -> dict[str, str]:

@@ -76,6 +76,7 @@ def check_consumers(ctx: Context) -> None:
     nat_per_network: dict[tuple[str | None, str], Manifest] = {}
     for attachment in ctx.kind("ExternalIPAttachment"):
         eip = _consume(ctx, attachment, consumers)
+        _check_ports(ctx, attachment)
         vn = _check_target(ctx, attachment)
         if vn is not None:
             require(ctx, attachment, ("kind",), ctx.vn_class.get((attachment.tenant, vn.name)),
@@ -99,6 +100,16 @@ def check_consumers(ctx: Context) -> None:
                 Capability.NAT_GATEWAYS, "a NATGateway")
         _same_region(ctx, gateway, eip, vn)
     _check_cluster_prerequisites(ctx, nat_per_network)
+
+
+def _check_ports(ctx: Context, attachment: Manifest) -> None:
+    seen: dict[tuple[str, int], int] = {}
+    for index, forward in enumerate(attachment.obj.spec.ports or ()):
+        first = seen.setdefault((forward.protocol, forward.external_port), index)
+        if first != index:
+            ctx.report("PORT_FORWARD_DUPLICATE", attachment, ("spec", "ports", index),
+                       f"{forward.protocol} port {forward.external_port} is already forwarded "
+                       f"by ports[{first}]", "forward each external port once")
 
 
 def _consume(ctx: Context, consumer: Manifest,

@@ -27,7 +27,8 @@ from ..conftest import ROOT
 from .ovnlab import NB_SCHEMA, OvnLab
 
 INSTALLATION = "example"
-ROOT_TABLES = ("Logical_Switch", "Logical_Router", "Port_Group", "Address_Set", "DHCP_Options")
+ROOT_TABLES = ("Logical_Switch", "Logical_Router", "Port_Group", "Address_Set", "DHCP_Options",
+               "Load_Balancer")
 TABLES = (*ROOT_TABLES, "Logical_Switch_Port", "Logical_Router_Port", "ACL", "NAT",
           "Logical_Router_Static_Route", "Gateway_Chassis")
 
