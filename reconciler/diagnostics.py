@@ -130,6 +130,9 @@ CODES: dict[str, CodeInfo] = {
     ),
     "ENDPOINT_REQUIRED": CodeInfo("External access", _E, "Cluster target without `endpoint`"),
     "ENDPOINT_FORBIDDEN": CodeInfo("External access", _E, "`endpoint` on a non-Cluster target"),
+    "ATTACHMENT_TARGET_UNREACHABLE": CodeInfo(
+        "External access", _E, "the target's primary subnet has no IPv4 CIDR or no gateway"
+    ),
     "PORT_FORWARD_DUPLICATE": CodeInfo(
         "External access", _E, "an ExternalIPAttachment forwards one external port twice"
     ),

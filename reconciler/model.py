@@ -6,6 +6,8 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
+import netaddr
+
 from .check.context import AddressSpace, Context
 from .schema import Manifest
 
@@ -102,6 +104,22 @@ class Model:
             if vn is not None:
                 out[(attachment.tenant, vn)].append(attachment)
         return out
+
+    def egress_closed(self, tenant: str | None, vn: str) -> bool:
+        """OSAC: attachments are inbound only. A network whose router has a way out (for
+        the replies of its attachments) but no NATGateway lets no new connection out."""
+        return (tenant, vn) not in self.nat_gateways and bool(
+            self.active_attachments.get((tenant, vn)))
+
+    def routed_inside(self, tenant: str | None, vn: str) -> list[str]:
+        """IPv4 destinations the network's subnets route through a next hop inside it
+        (an appliance): reaching them never leaves the network."""
+        cidr = self.network_cidrs(tenant, vn).get(4)
+        return sorted({r.destination for s in self.kind("Subnet")
+                       if s.tenant == tenant and s.obj.spec.virtual_network == vn
+                       for r in s.obj.spec.routes
+                       if cidr is not None and ":" not in r.nexthop
+                       and netaddr.IPAddress(r.nexthop) in cidr})
 
     def gateway_pools(self) -> list[tuple[str | None, str, str]]:
         """(tenant, vn, pool) of routers that need an external address of their own.

@@ -213,15 +213,16 @@ def replaced_rows_reason(rows: list[Change], describe: Describe) -> str:
 
 def protected_destroys(changes: list[Change]) -> dict[str, str]:
     """Owner → action, for protected resources the plan would delete or replace. A row
-    deleted while its owner keeps others (an ACL of a rule that changed) is an update of
-    the owner, which protection allows, as Terraform's prevent_destroy does."""
-    alive = {c.after.owner for c in changes if c.after is not None}
+    deleted while its owner gets a new row of the same table (an ACL of a rule that
+    changed: rows are keyed by content) is an update of the owner, which protection
+    allows, as Terraform's prevent_destroy does; any other deleted row is not."""
+    renewed = {(c.obj.owner, c.obj.table) for c in changes if c.actions == (CREATE,)}
     out: dict[str, str] = {}
     for change in changes:  # protected in the backend, or by the repo as it is now
         protected = any(obj is not None and obj.meta.get(TAG_PROTECTED) == "true"
                         for obj in (change.before, change.after))
         destroyed = change.actions == REPLACE or (
-            change.actions == (DELETE,) and change.obj.owner not in alive)
+            change.actions == (DELETE,) and (change.obj.owner, change.obj.table) not in renewed)
         if protected and destroyed:
             out.setdefault(change.obj.owner, action_name(change.actions))
     return out

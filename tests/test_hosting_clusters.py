@@ -347,3 +347,25 @@ def test_the_default_group_of_another_network_is_not_this_networks() -> None:
     peers = [p["ipBlock"]["cidr"] for p in policy.fields["spec"]["ingress"][0]["from"]]
     assert "10.0.0.0/8" not in peers and all(p.endswith("/32") for p in peers)
     assert policy.fields["spec"]["egress"] == [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}]
+
+
+def test_without_a_nat_gateway_hosted_vms_open_nothing_outside_either() -> None:
+    """initech's lab has an attachment and no NATGateway: as the fabric's drop does for
+    its ports, the cluster's policies let initech's hosted VM open connections only
+    inside the network (replies to inbound ones flow, NetworkPolicy being stateful)."""
+    files = copy.deepcopy(EXAMPLE_FILES)
+    files["tenants/initech/compute.yaml"].append(
+        {"apiVersion": "network.osac.io/v1alpha1", "kind": "ComputeInstance",
+         "metadata": {"name": "vm-k"},
+         "spec": {"hostingCluster": "hosting-a1", "networkAttachments": [{"subnet": "build"}]}})
+    files["tenants/initech/external.yaml"].append(
+        {"apiVersion": "network.osac.io/v1alpha1", "kind": "ExternalIPAttachment",
+         "metadata": {"name": "launch-web"},
+         "spec": {"externalIP": "launch-web", "target": {"kind": "ComputeInstance",
+                                                           "name": "vm-k"}}})
+    head = validate_memory(files)
+    assert head.ok, [d.message for d in head.diagnostics if d.is_error]
+    lab = str(head.context.networks[("initech", "lab")][4])
+    policy = _by_key(render_desired(head, {}).objects)[
+        "hosting-a1/MultiNetworkPolicy/initech/unet.build.default"]
+    assert policy.fields["spec"]["egress"] == [{"to": [{"ipBlock": {"cidr": lab}}]}]

@@ -146,3 +146,30 @@ def test_a_subnet_without_a_gateway_is_an_isolated_segment() -> None:
     del _docs(files, "tenants/globex/network.yaml", "Subnet", "backup")["spec"]["gateway"]
     objects = {o.key: o for o in render_desired(validate_memory(files), {}).objects}
     assert objects["Logical_Router_Port/globex/backup"].fields["networks"] == ["10.10.3.1/24"]
+
+
+def test_protection_refuses_a_row_deleted_for_good() -> None:
+    """A protected VM moving to a hosting cluster loses its fabric port (an Address_Set
+    is no port): that is a destroy, refused, not an update."""
+    from reconciler.models import PREVENT_DESTROY_ANNOTATION
+
+    files = copy.deepcopy(EXAMPLE_FILES)
+    web1 = _docs(files, "tenants/acme/compute.yaml", "ComputeInstance", "web-1")
+    web1["metadata"]["annotations"] = {PREVENT_DESTROY_ANNOTATION: "true"}
+    base = validate_memory(files)
+    web1["spec"]["hostingCluster"] = "hosting-a1"
+    plan = plan_between(base, validate_memory(files), {})
+    assert [d.message for d in plan.diagnostics if d.code == "PREVENT_DESTROY"] == [
+        "the plan would delete ComputeInstance/acme/web-1, which is protected"]
+
+
+def test_without_a_nat_gateway_routes_to_appliances_inside_stay_open() -> None:
+    """The no-egress drop spares the network, broadcast, multicast and the destinations
+    its subnets route through a next hop inside it (an appliance)."""
+    files = copy.deepcopy(EXAMPLE_FILES)
+    files["tenants/acme/external.yaml"] = [d for d in files["tenants/acme/external.yaml"]
+                                           if d["kind"] != "NATGateway"]
+    acls = [o.fields["match"] for o in render_desired(validate_memory(files), {}).objects
+            if o.table == "ACL" and o.fields["priority"] == 1003]
+    assert acls == ["inport == @unet.acme.prod && ip4 && ct.new && ip4.dst != "
+                    "{10.10.0.0/16, 172.16.0.0/12, 255.255.255.255, 224.0.0.0/4}"]

@@ -185,11 +185,32 @@ class _Policies:
         group = self._declared(name)
         if group is None:  # the implicit default: in from its members, out to anywhere
             peers = self._group_peers("default")
-            return ([{"from": peers}] if peers else [],
-                    [{"to": [{"ipBlock": {"cidr": _WORLD[v]}} for v in self.families]}])
+            return ([{"from": peers}] if peers else [], self._confined(
+                [{"to": [{"ipBlock": {"cidr": _WORLD[v]}} for v in self.families]}]))
         ingress = [r for r in (self._rule(rule, "from") for rule in group.obj.spec.ingress) if r]
         egress = [r for r in (self._rule(rule, "to") for rule in group.obj.spec.egress) if r]
-        return ingress, egress
+        return ingress, self._confined(egress)
+
+    def _confined(self, egress: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """As on the fabric: without a NATGateway, no new connection leaves the network
+        (OSAC), so IPv4 destinations are cut to its inside (replies flow regardless)."""
+        cidrs = self.model.network_cidrs(self.tenant, self.vn)
+        if 4 not in cidrs or not self.model.egress_closed(self.tenant, self.vn):
+            return egress
+        inside = [netaddr.IPNetwork(c) for c in (
+            str(cidrs[4]), *self.model.routed_inside(self.tenant, self.vn))]
+        out = []
+        for rule in egress:
+            peers: list[dict[str, Any]] = []
+            for peer in rule["to"]:
+                net = netaddr.IPNetwork(peer["ipBlock"]["cidr"])
+                cut = [net] if net.version == 6 or any(net in own for own in inside) else \
+                    [own for own in inside if own in net]
+                peers += [{"ipBlock": {"cidr": str(n)}} for n in cut
+                          if {"ipBlock": {"cidr": str(n)}} not in peers]
+            if peers:
+                out.append({**rule, "to": peers})
+        return out
 
     def _rule(self, rule: Any, side: str) -> dict[str, Any] | None:
         """One NetworkPolicy rule; None when it can match nothing here (an ICMP rule, a

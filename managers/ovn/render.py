@@ -257,14 +257,14 @@ class _Renderer:
             ("to-lport", PRIORITY_INFRA, f"outport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
         ]
         cidrs = self.model.network_cidrs(vn.tenant, vn.name)
-        if 4 in cidrs and (vn.tenant, vn.name) not in self.model.nat_gateways and \
-                self.model.active_attachments.get((vn.tenant, vn.name)):
-            # OSAC: attachments are inbound only, outbound is the NATGateway's. The router
-            # has a way out (for the replies of inbound connections): new connections from
-            # the network to outside it must not take it with a private source.
+        if 4 in cidrs and self.model.egress_closed(vn.tenant, vn.name):
+            # The router has a way out, for the replies of inbound connections: new
+            # connections from the network to outside it must not take it.
+            inside = [str(cidrs[4]), *self.model.routed_inside(vn.tenant, vn.name),
+                      "255.255.255.255", "224.0.0.0/4"]
             rules.append(("from-lport", PRIORITY_NO_EGRESS,
                           f"inport == @{pg} && ip4 && ct.new && ip4.dst != "
-                          f"{{{cidrs[4]}, 255.255.255.255, 224.0.0.0/4}}", "drop"))
+                          f"{{{', '.join(inside)}}}", "drop"))
         for direction, priority, match, action in rules:
             self._acl(group, vn.ref, direction, priority, match, action)
 

@@ -145,7 +145,25 @@ def _check_target(ctx: Context, attachment: Manifest) -> Manifest | None:
                      workload.obj.spec.network_attachments[0].subnet)
     if subnet is None:
         return None
+    _check_reachable(ctx, attachment, workload)
     return ctx.get("VirtualNetwork", attachment.tenant, subnet.obj.spec.virtual_network)
+
+
+def _check_reachable(ctx: Context, attachment: Manifest, workload: Manifest) -> None:
+    """The address the NAT goes to must be IPv4 behind the router: its subnet needs an
+    IPv4 CIDR and a gateway (a Cluster's VIPs sit in its only subnet)."""
+    attachments = workload.obj.spec.network_attachments
+    primary = next((a for a in attachments if a.primary), attachments[0])
+    spaces = ctx.subnets.get((attachment.tenant, primary.subnet))
+    if spaces is None:
+        return  # the subnet is reported
+    space = spaces.get(4)
+    why = f"its subnet '{primary.subnet}' has no IPv4 CIDR" if space is None else \
+        f"its subnet '{primary.subnet}' has no gateway" if space.gateway is None else None
+    if why is not None:
+        ctx.report("ATTACHMENT_TARGET_UNREACHABLE", attachment, ("spec", "target", "name"),
+                   f"{workload.ref} cannot be reached from outside: {why}",
+                   "attach an IPv4 subnet with a gateway as the workload's primary")
 
 
 def _pending(attachment: Manifest) -> Diagnostic:
