@@ -314,10 +314,7 @@ class _Renderer:
         dns4 = [d for d in spec.dns_servers if ":" not in d]
         dns6 = [d for d in spec.dns_servers if ":" in d]
         gateway = gateways.get(4)
-        # Without a gateway the server answers from the first host, kept for it.
-        first = spaces[4].net.first + 1 if 4 in spaces else None
-        server = gateway or (str(_ip(first, 4)) if first in spaces[4].reserved and
-                             spaces[4].net.size > 2 else None) if 4 in spaces else None
+        server = _dhcp4_server(spaces.get(4), gateway)
         if server is not None:
             options = {"server_id": server, "server_mac": mac,
                        "lease_time": str(spec.lease_time), "mtu": str(spec.mtu)}
@@ -735,6 +732,15 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
                  remote or ("::/0" if found["family"] == "ip6" else "0.0.0.0/0"))
     opened = rule.exposure(cidrs)
     return f"{opened} to {group}" if opened else None
+
+
+def _dhcp4_server(space: Any, gateway: str | None) -> str | None:
+    """The DHCPv4 server's address: the gateway; without one, the first host, which
+    validation keeps for it; None: no DHCPv4 (no IPv4, or a /31 or /32)."""
+    if space is None or gateway is not None:
+        return gateway
+    first = space.net.first + 1
+    return str(_ip(first, 4)) if space.net.size > 2 and first in space.reserved else None
 
 
 def _balancer_key(attachment: Manifest, protocol: str) -> str:
