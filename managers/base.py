@@ -10,7 +10,7 @@ no state hides in the plugin and no call depends on another having been made fir
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +78,25 @@ class ApplyOutcome:
                                                             "delete": 0})
     done: set[str] = field(default_factory=set)
     failures: dict[str, str] = field(default_factory=dict)
+
+    def did(self, step: Step) -> None:
+        """`step` was carried out."""
+        self.counts[step.action] += 1
+        self.done.add(step.uid)
+
+
+def each_step(waves: Sequence[Sequence[Step]], changes: Mapping[str, Change],
+              progress: ProgressFactory) -> Iterator[tuple[Step, BackendObject]]:
+    """For backends that write one object at a time: every step, wave by wave, with the
+    object it writes (or deletes); progress is reported after each."""
+    for index, wave in enumerate(waves):
+        report = progress(index + 1, len(waves), len(wave))
+        for done, step in enumerate(wave, start=1):
+            change = changes[step.uid]
+            obj = change.before if step.action == "delete" else change.after
+            assert obj is not None
+            yield step, obj
+            report(done, len(wave))
 
 
 class Exposure(NamedTuple):

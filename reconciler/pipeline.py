@@ -282,7 +282,11 @@ def _unrecorded(model: Model, held: Mapping[str, Held],
     fabric allocates and has not recorded yet (a subnet's segment id, the addresses of a
     VM on a hosting cluster): nothing would hold them, and the fabric could later hand
     them to someone else."""
-    out = []
+    out: list[Diagnostic] = []
+    if not any(cls.obj.spec.k8s_manager in managers
+               and cls.obj.spec.fabric_manager not in managers
+               for cls in model.kind("NetworkClass")):
+        return out  # the usual run: no k8s manager without its fabric
     for manifest in (*model.kind("Subnet"), *model.kind("ComputeInstance")):
         hosted = manifest.kind == "ComputeInstance"
         vn = model.network_of_workload(manifest) if hosted else \

@@ -29,6 +29,7 @@ from reconciler.cli import main
 
 from .k8s_fixtures.server import USER, FakeCluster, refused_url, write_kubeconfig
 from .test_plan_golden import append_doc, copy_example, edit_docs, edit_text, find_doc
+from .test_plan_truth import SUBNET_AAA
 
 CUDNS, POOLS, ADVERTISEMENTS = "clusteruserdefinednetworks", "ipaddresspools", \
     "l2advertisements"
@@ -663,15 +664,7 @@ def test_contract_kubernetes_alone_reads_the_segments_ovn_allocated(env: Env) ->
     code, _out, err = env.unet("apply", str(env.repo), "--manager", "ovn", "--auto-approve")
     assert code == 0, err
     # A new subnet, sorting first: allocated alone, it would take the lowest segment id.
-    network.write_text(network.read_text() + """---
-apiVersion: network.osac.io/v1alpha1
-kind: Subnet
-metadata:
-  name: aaa
-spec:
-  virtualNetwork: prod
-  ipv4Cidr: 10.10.200.0/24
-""")
+    network.write_text(network.read_text() + SUBNET_AAA)
     code, _out, err = env.unet("apply", str(env.repo), "--manager", "ovn", "--auto-approve")
     assert code == 0, err
     code, _out, err = env.apply()  # --manager kubernetes only

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from managers.base import ApplyOutcome, ProgressFactory
+from managers.base import ApplyOutcome, ProgressFactory, each_step
 from reconciler.diff import CREATE, DELETE, NOOP, Change
 from reconciler.objects import BackendObject
 from reconciler.order import Step
@@ -41,23 +41,16 @@ def apply_steps(session: KubernetesSession, observation: KubernetesObservation,
                 waves: Sequence[Sequence[Step]], changes: dict[str, Change],
                 progress: ProgressFactory) -> ApplyOutcome:
     outcome = ApplyOutcome()
-    for index, wave in enumerate(waves):
-        report = progress(index + 1, len(waves), len(wave))
-        for done, step in enumerate(wave, start=1):
-            change = changes[step.uid]
-            obj = change.before if step.action == DELETE else change.after
-            assert obj is not None
-            cluster = session.clusters.get(obj.key.split("/", 1)[0])
-            why = _blocked(session, outcome, cluster, obj, step)
-            if why is None:
-                assert cluster is not None
-                why = _run(session, observation, cluster, step.action, obj)
-            if why is None:
-                outcome.counts[step.action] += 1
-                outcome.done.add(step.uid)
-            else:
-                outcome.failures[step.uid] = why
-            report(done, len(wave))
+    for step, obj in each_step(waves, changes, progress):
+        cluster = session.clusters.get(obj.key.split("/", 1)[0])
+        why = _blocked(session, outcome, cluster, obj, step)
+        if why is None:
+            assert cluster is not None
+            why = _run(session, observation, cluster, step.action, obj)
+        if why is None:
+            outcome.did(step)
+        else:
+            outcome.failures[step.uid] = why
     return outcome
 
 

@@ -165,8 +165,7 @@ class Northbound:
             for chunk in _chunks(list(wave), MAX_ROWS_PER_TRANSACTION):
                 self._apply_chunk(chunk, changes, installation)
                 for step in chunk:
-                    outcome.counts[step.action] += 1
-                    outcome.done.add(step.uid)
+                    outcome.did(step)
                 done += len(chunk)
                 report(done, len(wave))
         return outcome

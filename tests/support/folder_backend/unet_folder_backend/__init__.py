@@ -35,6 +35,7 @@ from managers.base import (
     Observation,
     ProgressFactory,
     Session,
+    each_step,
 )
 from reconciler.allocate import Allocations
 from reconciler.diff import DELETE, Change
@@ -144,24 +145,17 @@ class FolderSession(Session):
     def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
               changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
         outcome = ApplyOutcome()
-        for index, wave in enumerate(waves):
-            report = progress(index + 1, len(waves), len(wave))
-            for done, step in enumerate(wave, start=1):
-                change = changes[step.uid]
-                obj = change.before if step.action == DELETE else change.after
-                assert obj is not None
-                path = self.folder / _file(obj.key)
-                if step.action == DELETE:
-                    path.unlink(missing_ok=True)
-                else:
-                    path.write_text(json.dumps({
-                        "installation": self.installation, "table": obj.table,
-                        "key": obj.key, "owner": obj.owner, "fields": dict(obj.fields),
-                        "refs": {k: list(v) for k, v in obj.refs.items()},
-                        "meta": dict(obj.meta)}, indent=1, sort_keys=True) + "\n")
-                outcome.counts[step.action] += 1
-                outcome.done.add(step.uid)
-                report(done, len(wave))
+        for step, obj in each_step(waves, changes, progress):
+            path = self.folder / _file(obj.key)
+            if step.action == DELETE:
+                path.unlink(missing_ok=True)
+            else:
+                path.write_text(json.dumps({
+                    "installation": self.installation, "table": obj.table,
+                    "key": obj.key, "owner": obj.owner, "fields": dict(obj.fields),
+                    "refs": {k: list(v) for k, v in obj.refs.items()},
+                    "meta": dict(obj.meta)}, indent=1, sort_keys=True) + "\n")
+            outcome.did(step)
         return outcome
 
     def record_applied(self, digest: str) -> None:
