@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,9 +43,9 @@ from .support.ovnrun import (
     row_named,
     rows,
     spawn,
+    spawn_at_prompt,
     stop_pid,
     unet,
-    unet_env,
     wait_for_text,
 )
 
@@ -507,16 +506,10 @@ def test_lost_replies_and_backend_restart_mid_apply(
 
 def test_second_run_waits_for_the_lock_then_fails_naming_the_holder(
         lab: OvnLab, repo: Path, tmp_path: Path) -> None:
-    import pty
 
     # The first run holds the lock while a person reads its plan at the prompt.
-    controller, terminal = pty.openpty()
     out = tmp_path / "first.out"
-    with out.open("wb") as stdout:
-        first = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
-                                  "--manager", "ovn"], cwd=tmp_path, env=unet_env(), stdin=terminal,
-                                 stdout=stdout, stderr=subprocess.STDOUT)
-    os.close(terminal)
+    first, controller = spawn_at_prompt(tmp_path, out, "apply", str(repo), "--manager", "ovn")
     try:
         with reaped(first):
             wait_for_text(first, (out,), "Backend rows:")

@@ -11,11 +11,9 @@ take the lock and apply, then lets the first run go on.
 from __future__ import annotations
 
 import os
-import pty
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,7 +28,7 @@ from .support.ovnrun import (
     plan,
     reaped,
     spawn,
-    unet_env,
+    spawn_at_prompt,
     wait_for_text,
 )
 from .support.unixproxy import UnixProxy
@@ -82,14 +80,9 @@ def test_the_lock_outlives_a_long_look_at_the_plan_over_tcp(example_copy: Path,
         remote = f"tcp:127.0.0.1:{listening_port(log)}"
         subprocess.run(["ovn-nbctl", f"--db={remote}", "init"], check=True)
         use_northbound(example_copy, remote)
-        controller, terminal = pty.openpty()
         out = tmp_path / "apply.out"
-        with out.open("wb") as stdout:
-            proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "apply",
-                                     str(example_copy), "--manager", "ovn"], cwd=tmp_path,
-                                    env=unet_env(), stdin=terminal, stdout=stdout,
-                                    stderr=subprocess.STDOUT)
-        os.close(terminal)
+        proc, controller = spawn_at_prompt(tmp_path, out, "apply", str(example_copy),
+                                           "--manager", "ovn")
         try:
             with reaped(proc):
                 wait_for_text(proc, (out,), "Apply these changes?")
@@ -104,13 +97,8 @@ def test_the_lock_outlives_a_long_look_at_the_plan_over_tcp(example_copy: Path,
 
 def test_a_run_that_waits_for_the_lock_says_for_whom_at_once_and_every_ten_seconds(
         lab: OvnLab, repo: Path, tmp_path: Path) -> None:
-    controller, terminal = pty.openpty()
     out = tmp_path / "first.out"
-    with out.open("wb") as stdout:
-        first = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
-                                  "--manager", "ovn"], cwd=tmp_path, env=unet_env(),
-                                 stdin=terminal, stdout=stdout, stderr=subprocess.STDOUT)
-    os.close(terminal)
+    first, controller = spawn_at_prompt(tmp_path, out, "apply", str(repo), "--manager", "ovn")
     try:
         with reaped(first):
             wait_for_text(first, (out,), "Apply these changes?")

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +31,8 @@ from .support.ovnrun import (
     reaped,
     row_named,
     rows,
+    spawn_at_prompt,
     unet,
-    unet_env,
     wait_for_text,
 )
 from .test_plan_golden import append_doc, edit_text
@@ -347,13 +344,8 @@ def test_a_row_of_others_added_while_the_plan_is_read_stops_the_apply(
               "ipv4Cidr: 10.10.4.0/24\n")
     edit_text(repo, "tenants/acme/network.yaml", "gateway: 10.10.1.1\n",
               "gateway: 10.10.4.1\n")
-    controller, terminal = pty.openpty()
     out = tmp_path / "apply.out"
-    with out.open("wb") as stdout:
-        proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
-                                 "--manager", "ovn"], cwd=tmp_path, env=unet_env(),
-                                stdin=terminal, stdout=stdout, stderr=subprocess.STDOUT)
-    os.close(terminal)
+    proc, controller = spawn_at_prompt(tmp_path, out, "apply", str(repo), "--manager", "ovn")
     try:
         with reaped(proc):
             wait_for_text(proc, (out,), "Apply these changes?")

@@ -81,6 +81,21 @@ def spawn(cwd: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
     return proc, out, err
 
 
+def spawn_at_prompt(cwd: Path, out: Path, *args: str) -> tuple[subprocess.Popen[bytes], int]:
+    """unet in the background on a terminal, as a person runs it (so it asks before
+    applying); its output in `out`. Returns the process and the terminal's controlling
+    end, to answer the prompt with `os.write(controller, b"yes\\n")`."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    with out.open("wb") as stdout:
+        proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
+                                env=unet_env(), stdin=terminal, stdout=stdout,
+                                stderr=subprocess.STDOUT)
+    os.close(terminal)
+    return proc, controller
+
+
 def wait_for_text(proc: subprocess.Popen[bytes], files: tuple[Path, ...], text: str,
                   timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
