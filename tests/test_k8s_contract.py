@@ -703,3 +703,14 @@ def test_contract_a_k8s_manager_alone_never_publishes_unrecorded_addresses(env: 
     code, out, err = env.unet("apply", str(env.repo), "--auto-approve")
     assert code == 0, err
     assert env.plan("--detailed-exitcode")[0] == 0
+
+
+def test_contract_a_core_kind_is_named_as_the_api_names_it(make_env: Any) -> None:
+    """ConfigMaps are core (group ""): messages name `configmaps`, not a CRD."""
+    env = make_env()
+    env.clusters["hosting-a1"].deny.add(("list", "configmaps"))
+    code, out, _ = env.plan()
+    assert code == 0
+    assert "RBAC: the credentials of cluster hosting-a1 (context hosting-a1) may not list " \
+           "configmaps (cluster-wide)" in out
+    assert "configmaps." not in out and "CRD configmaps" not in out
