@@ -25,6 +25,7 @@ import netaddr
 from .check.context import AddressSpace
 from .load import Path_
 from .model import Model
+from .models import segment_of
 from .objects import UNKNOWN, Held
 from .schema import Manifest
 
@@ -96,6 +97,8 @@ def holder_of(key: str) -> str:
     parts = rest.split("/")
     if kind in ("ipv4", "ipv6", "mac") and len(parts) == 4:
         return f"{parts[1]}/{parts[0]}/{parts[2]}"
+    if kind == "segment" and parts[0] == "None":
+        return f"ProviderNetwork/{parts[1]}"
     named = {"vip": "Cluster", "eip": "ExternalIP", "gateway": "VirtualNetwork",
              "segment": "Subnet"}.get(kind)
     return f"{named}/{parts[0]}/{parts[1]}" if named and len(parts) >= 2 else key
@@ -132,8 +135,8 @@ class _Allocator:
         """Segment ids and external addresses are shared by all tenants: always allocated
         for the whole revision. Subnet addresses only for the tenants the model shows."""
         self._segments()
-        for subnet in self.model.kind("Subnet"):
-            self._subnet_addresses(subnet)
+        for segment in (*self.model.kind("Subnet"), *self.model.kind("ProviderNetwork")):
+            self._subnet_addresses(segment)
         self._external_addresses()
 
     def _keep(self, key: str, value: str, scope: str | None = None) -> None:
@@ -176,8 +179,9 @@ class _Allocator:
         # Which physical network a kept or removed subnet's segment is on is not known
         # here: its id is held on all of them.
         stray = {value for key, value in self.held.segments.items() if key not in desired}
+        provider = self._provider_segments()
         for members in groups.values():
-            used: set[int] = set(stray)
+            used: set[int] = stray | provider
             pending: list[tuple[Manifest, Manifest]] = []
             for subnet, cls in sorted(members, key=lambda pair: pair[0].ref):
                 key = segment_key(subnet.tenant, subnet.name)
@@ -202,6 +206,19 @@ class _Allocator:
                 used.add(free)
                 self._new(segment_key(subnet.tenant, subnet.name), str(free))
 
+    def _provider_segments(self) -> set[int]:
+        """ProviderNetworks' fixed segment ids: never handed to a tenant Subnet (on any
+        physical network, as a segment of unknown network is held), nor taken from one."""
+        holders = {value: key for key, value in self.held.segments.items()}
+        fixed: set[int] = set()
+        for network in self.model.full.kind("ProviderNetwork"):
+            segment = network.obj.spec.segment_id
+            self._claim(segment_key(None, network.name), segment, holders, f"segment {segment}",
+                        network, ("spec", "segmentId"))
+            self._keep(segment_key(None, network.name), str(segment))
+            fixed.add(segment)
+        return fixed
+
     # port addresses, MACs and cluster VIPs of one subnet
     def _subnet_addresses(self, subnet: Manifest) -> None:
         spaces = self.model.subnet_spaces(subnet.tenant, subnet.name)
@@ -213,7 +230,7 @@ class _Allocator:
     def _attachments_of(self, subnet: Manifest) -> Iterator[Attachment]:
         for workload in self.model.workloads_by_subnet.get((subnet.tenant, subnet.name), ()):
             for index, attachment in enumerate(workload.obj.spec.network_attachments):
-                if attachment.subnet == subnet.name:
+                if segment_of(workload.tenant, attachment) == (subnet.tenant, subnet.name):
                     yield port_key(workload, index), index, workload, attachment
 
     def _macs(self, subnet: Manifest, attachments: list[Attachment]) -> None:

@@ -24,6 +24,7 @@ from .allocate import (
     vip_key,
 )
 from .model import Model
+from .models import segment_of
 from .schema import Manifest
 
 if TYPE_CHECKING:
@@ -90,15 +91,19 @@ def workload_binding(model: Model, values: AllocatedValues, managers: Mapping[st
 def _attachment(model: Model, values: AllocatedValues, k8s: Manager | None, workload: Manifest,
                 index: int, primary: bool) -> dict[str, Any]:
     attachment = workload.obj.spec.network_attachments[index]
-    subnet = model.get("Subnet", workload.tenant, attachment.subnet)
-    assert subnet is not None  # validated
-    spec = subnet.obj.spec
+    tenant, name = segment_of(workload.tenant, attachment)
+    segment = model.get("Subnet" if tenant is not None else "ProviderNetwork", tenant, name)
+    assert segment is not None  # validated
+    spec = segment.obj.spec
     port = port_key(workload, index)
     unknown: list[str] = []
     out: dict[str, Any] = {
-        "index": index, "primary": primary, "network": spec.virtual_network,
-        "subnet": subnet.name, "securityGroups": list(attachment.security_groups)}
-    spaces = model.subnet_spaces(workload.tenant, subnet.name)
+        "index": index, "primary": primary,
+        "network": getattr(spec, "virtual_network", None),
+        "subnet": name if tenant is not None else None,
+        "providerNetwork": name if tenant is None else None,
+        "securityGroups": list(attachment.security_groups)}
+    spaces = model.subnet_spaces(tenant, name)
     for version in (4, 6):
         space = spaces.get(version)
         if space is None:
@@ -113,9 +118,9 @@ def _attachment(model: Model, values: AllocatedValues, k8s: Manager | None, work
     out["mtu"] = spec.mtu
     out["dnsServers"] = list(spec.dns_servers)
     out["routes"] = [{"destination": r.destination, "nexthop": r.nexthop} for r in spec.routes]
-    segment = values.get(segment_key(workload.tenant, subnet.name), "segmentId", unknown) \
-        if k8s is not None else None  # only a bridged subnet has a segment
-    out["segmentId"] = int(segment) if segment is not None else None
+    segment_id = values.get(segment_key(tenant, name), "segmentId", unknown) \
+        if k8s is not None or tenant is None else None  # only a bridged segment has one
+    out["segmentId"] = int(segment_id) if segment_id is not None else None
     out["clusters"] = k8s.bindings(workload, index, out) if k8s is not None else []
     out["knownAfterApply"] = unknown
     return out
@@ -163,8 +168,9 @@ def render_text(document: dict[str, Any]) -> str:
 
 def _attachment_lines(item: dict[str, Any]) -> list[str]:
     primary = ", primary" if item["primary"] else ""
-    out = [f"  [{item['index']}] subnet {item['network']}/{item['subnet']}{primary}, groups "
-           f"{', '.join(item['securityGroups'])}"]
+    where = f"subnet {item['network']}/{item['subnet']}" if item["subnet"] else \
+        f"provider network {item['providerNetwork']}"
+    out = [f"  [{item['index']}] {where}{primary}, groups {', '.join(item['securityGroups'])}"]
     for version in (4, 6):
         family = item[f"ipv{version}"]
         if family is not None:

@@ -102,6 +102,15 @@ CODES: dict[str, CodeInfo] = {
     "POOL_EXHAUSTED": CodeInfo("Addresses", _E, "more ExternalIPs than the pool can give"),
     "POOL_NOT_ALLOWED": CodeInfo("Addresses", _E, "the tenant is not in the pool's `tenants`"),
     "MTU_INVALID": CodeInfo("Addresses", _E, "outside bounds, or < 1280 with IPv6"),
+    "SEGMENT_OUT_OF_RANGE": CodeInfo(
+        "Addresses", _E, "a ProviderNetwork's `segmentId` outside its class's `segmentRange`"
+    ),
+    "SEGMENT_ID_CONFLICT": CodeInfo(
+        "Addresses", _E, "two ProviderNetworks on one physical network use one `segmentId`"
+    ),
+    "PROVIDER_NETWORK_NOT_ALLOWED": CodeInfo(
+        "Addresses", _E, "a workload attaches to a ProviderNetwork whose `tenants` lacks its tenant"
+    ),
     # Security groups
     "RULE_PORTS_INVALID": CodeInfo(
         "Security groups",
@@ -145,6 +154,11 @@ CODES: dict[str, CodeInfo] = {
     # Workloads
     "ATTACHMENTS_DIFFERENT_NETWORKS": CodeInfo(
         "Workloads", _E, "a workload's subnets lie in different VirtualNetworks"
+    ),
+    "PROVIDER_NETWORK_ATTACHMENT_INVALID": CodeInfo(
+        "Workloads", _E, "an attachment names both or neither of `subnet` and `providerNetwork`, "
+        "or attaches a provider network as primary, from a Cluster or a hosted VM, from another "
+        "region or fabric manager, or overlapping the workload's network"
     ),
     "PRIMARY_INVALID": CodeInfo(
         "Workloads", _E, "not exactly one primary among several attachments"

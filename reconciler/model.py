@@ -9,6 +9,7 @@ from typing import Any
 import netaddr
 
 from .check.context import AddressSpace, Context
+from .models import first_subnet, segment_of
 from .schema import Manifest
 
 
@@ -62,6 +63,9 @@ class Model:
     def class_of(self, tenant: str | None, vn: str) -> Manifest | None:
         return self.get("NetworkClass", None, self.ctx.vn_class.get((tenant, vn)))
 
+    def provider_network_class(self, name: str) -> Manifest | None:
+        return self.get("NetworkClass", None, self.ctx.provider_network_class.get(name))
+
     def manager(self, name: str | None) -> Manifest | None:
         return self.get("NetworkManager", None, name)
 
@@ -75,8 +79,9 @@ class Model:
     def workloads_by_subnet(self) -> dict[tuple[str | None, str], list[Manifest]]:
         out: dict[tuple[str | None, str], list[Manifest]] = defaultdict(list)
         for workload in self.workloads:
-            for subnet in {a.subnet for a in workload.obj.spec.network_attachments}:
-                out[(workload.tenant, subnet)].append(workload)
+            for segment in {segment_of(workload.tenant, a)
+                            for a in workload.obj.spec.network_attachments}:
+                out[segment].append(workload)
         return out
 
     @staticmethod
@@ -86,7 +91,7 @@ class Model:
 
     def network_of_workload(self, workload: Manifest) -> str | None:
         subnet = self.get("Subnet", workload.tenant,
-                          workload.obj.spec.network_attachments[0].subnet)
+                          first_subnet(workload.obj.spec.network_attachments))
         return subnet.obj.spec.virtual_network if subnet is not None else None
 
     @cached_property
@@ -112,14 +117,31 @@ class Model:
             self.active_attachments.get((tenant, vn)))
 
     def routed_inside(self, tenant: str | None, vn: str) -> list[str]:
-        """IPv4 destinations the network's subnets route through a next hop inside it
-        (an appliance): reaching them never leaves the network."""
+        """IPv4 destinations reached without the network's router: those its subnets route
+        through a next hop inside it (an appliance), and the provider networks its
+        workloads attach to. Reaching them never leaves the network."""
         cidr = self.network_cidrs(tenant, vn).get(4)
-        return sorted({r.destination for s in self.kind("Subnet")
-                       if s.tenant == tenant and s.obj.spec.virtual_network == vn
-                       for r in s.obj.spec.routes
-                       if cidr is not None and ":" not in r.nexthop
-                       and netaddr.IPAddress(r.nexthop) in cidr})
+        routed = {r.destination for s in self.kind("Subnet")
+                  if s.tenant == tenant and s.obj.spec.virtual_network == vn
+                  for r in s.obj.spec.routes
+                  if cidr is not None and ":" not in r.nexthop
+                  and netaddr.IPAddress(r.nexthop) in cidr}
+        return sorted(routed | self.provider_cidrs.get((tenant, vn), set()))
+
+    @cached_property
+    def provider_cidrs(self) -> dict[tuple[str | None, str], set[str]]:
+        """(tenant, VirtualNetwork) → IPv4 CIDRs of the provider networks its workloads
+        attach to."""
+        out: dict[tuple[str | None, str], set[str]] = defaultdict(set)
+        for workload in self.workloads:
+            for attachment in workload.obj.spec.network_attachments:
+                if attachment.provider_network is None:
+                    continue
+                space = self.subnet_spaces(None, attachment.provider_network).get(4)
+                vn = self.network_of_workload(workload)
+                if space is not None and vn is not None:
+                    out[(workload.tenant, vn)].add(str(space.net))
+        return out
 
     def gateway_pools(self) -> list[tuple[str | None, str, str]]:
         """(tenant, vn, pool) of routers that need an external address of their own.

@@ -249,16 +249,12 @@ def _null_allowed(schema: dict[str, Any]) -> None:
         schema["description"] = description
 
 
-class SubnetSpec(_Model):
-    virtual_network: Name
+class SegmentAddressing(_Model):
+    """How one L2 segment hands out addresses and what its DHCP offers: a Subnet's, and a
+    ProviderNetwork's."""
+
     ipv4_cidr: Cidr | None = None
     ipv6_cidr: Cidr | None = None
-    gateway: Address | None = Field(
-        default=None, json_schema_extra=_null_allowed,
-        description="Default: the first host; null: no gateway (an isolated segment)")
-    ipv6_gateway: Address | None = Field(
-        default=None, json_schema_extra=_null_allowed,
-        description="Default: the first host; null: no gateway (an isolated segment)")
     allocation_ranges: list[AddressRange] | None = None
     exclude_addresses: list[Address] = Field(default_factory=list)
     dns_servers: list[Address] = Field(default_factory=list)
@@ -274,10 +270,42 @@ class SubnetSpec(_Model):
                                        description="IPv4 NTP servers offered by DHCPv4")
 
 
+class SubnetSpec(SegmentAddressing):
+    virtual_network: Name
+    gateway: Address | None = Field(
+        default=None, json_schema_extra=_null_allowed,
+        description="Default: the first host; null: no gateway (an isolated segment)")
+    ipv6_gateway: Address | None = Field(
+        default=None, json_schema_extra=_null_allowed,
+        description="Default: the first host; null: no gateway (an isolated segment)")
+
+
 class Subnet(_TenantResource):
     immutable: ClassVar[tuple[str, ...]] = ("spec.virtualNetwork", "spec.ipv4Cidr", "spec.ipv6Cidr")
     kind: Literal["Subnet"]
     spec: SubnetSpec
+
+
+# --- provider kinds that need the segment model above ---------------------------------------
+
+
+class ProviderNetworkSpec(SegmentAddressing):
+    region: Name
+    network_class: Name | None = Field(default=None, description="Default: the region's default")
+    segment_id: int = Field(ge=1, le=4094, description="The VLAN it adopts: inside the "
+                            "class's segmentRange, never handed to a tenant Subnet")
+    physical_network: str = Field(
+        default="physnet-tenant", min_length=1,
+        description="The network_name of the localnet port that reaches the VLAN")
+    tenants: list[Name] = Field(description="The tenants whose workloads may attach to it")
+
+
+class ProviderNetwork(_ProviderResource):
+    immutable: ClassVar[tuple[str, ...]] = (
+        "spec.region", "spec.networkClass", "spec.segmentId", "spec.physicalNetwork",
+        "spec.ipv4Cidr", "spec.ipv6Cidr")
+    kind: Literal["ProviderNetwork"]
+    spec: ProviderNetworkSpec
 
 
 class Rule(_Model):
@@ -363,7 +391,11 @@ MacAddress = Annotated[str, Field(pattern=r"^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$
 
 
 class NetworkAttachment(_Model):
-    subnet: Name
+    subnet: Name | None = Field(default=None, description="A Subnet of the tenant; "
+                                "exactly one of subnet and providerNetwork")
+    provider_network: Name | None = Field(
+        default=None, description="A ProviderNetwork the tenant may use, in place of a subnet; "
+                                  "never the primary attachment")
     security_groups: list[Name] = Field(
         default_factory=lambda: ["default"], min_length=1,
         description="Default: the network's default group; leave it out rather than empty")
@@ -378,15 +410,33 @@ class BaremetalAttachment(NetworkAttachment):
 
 
 #: An attachment's immutable fields: changing one replaces the workload's port.
-ATTACHMENT_IMMUTABLE = (("subnet", "subnet"), ("ipAddress", "ip_address"),
-                        ("ipv6Address", "ipv6_address"), ("macAddress", "mac_address"))
+ATTACHMENT_IMMUTABLE = (("subnet", "subnet"), ("providerNetwork", "provider_network"),
+                        ("ipAddress", "ip_address"), ("ipv6Address", "ipv6_address"),
+                        ("macAddress", "mac_address"))
 _ATTACHMENT_IMMUTABLE = tuple(f"spec.networkAttachments.*.{name}"
                               for name, _attribute in ATTACHMENT_IMMUTABLE)
 
 
 def attachment_identity(attachment: NetworkAttachment) -> list[Any]:
-    """The values of one attachment's immutable fields, in order: its port's identity."""
-    return [getattr(attachment, attribute) for _name, attribute in ATTACHMENT_IMMUTABLE]
+    """The values of one attachment's immutable fields, in order: its port's identity.
+    (A provider network takes the subnet's place, so a port on a subnet keeps the
+    identity it had before provider networks existed.)"""
+    where = attachment.subnet if attachment.provider_network is None \
+        else f"ProviderNetwork/{attachment.provider_network}"
+    return [where, attachment.ip_address, attachment.ipv6_address, attachment.mac_address]
+
+
+def first_subnet(attachments: list[NetworkAttachment]) -> str | None:
+    """The first of a workload's attachments on its own network (not a provider's)."""
+    return next((a.subnet for a in attachments if a.subnet is not None), None)
+
+
+def segment_of(tenant: str | None, attachment: NetworkAttachment) -> tuple[str | None, str]:
+    """The segment an attachment is on: (tenant, subnet), or (None, name) of a
+    ProviderNetwork."""
+    if attachment.provider_network is not None:
+        return None, attachment.provider_network
+    return tenant, str(attachment.subnet)
 
 
 class ComputeInstanceSpec(_Model):
@@ -437,6 +487,7 @@ Resource = (
     | NetworkManager
     | NetworkClass
     | ExternalIPPool
+    | ProviderNetwork
     | Tenant
     | HostType
     | VirtualNetwork

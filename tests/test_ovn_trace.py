@@ -419,6 +419,29 @@ def initech(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
         yield fabric
 
 
+@pytest.fixture(scope="module")
+def shared_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    """The example plus initech on the provider's storage-b beside globex: a network in
+    region-b and a VM whose second NIC is on storage-b (initech's default group)."""
+    root = tmp_path_factory.mktemp("trace-provider-network")
+    repo = root / "repo"
+    shutil.copytree(EXAMPLE, repo)
+    networks = repo / "provider" / "networks.yaml"
+    networks.write_text(networks.read_text().replace("tenants: [globex]",
+                                                     "tenants: [globex, initech]"))
+    _append(repo, "tenants/initech/network.yaml", {
+        "apiVersion": API, "kind": "VirtualNetwork", "metadata": {"name": "lab-b"},
+        "spec": {"region": "region-b", "ipv4Cidr": "172.20.0.0/16"}}, {
+        "apiVersion": API, "kind": "Subnet", "metadata": {"name": "hosts"},
+        "spec": {"virtualNetwork": "lab-b", "ipv4Cidr": "172.20.1.0/24"}})
+    _append(repo, "tenants/initech/compute.yaml", {
+        "apiVersion": API, "kind": "ComputeInstance", "metadata": {"name": "nas-client"},
+        "spec": {"networkAttachments": [{"subnet": "hosts", "primary": True},
+                                        {"providerNetwork": "storage-b"}]}})
+    with applied(root, repo) as fabric:
+        yield fabric
+
+
 # --- 1. same subnet ----------------------------------------------------------------------------
 
 
@@ -836,6 +859,51 @@ def test_spoofed_sources_are_dropped_by_port_security(example: Fabric) -> None:
     assert stray not in owned
     result = example.send(web2, web1.mac, stray, "ip.ttl == 64 && icmp4 && icmp4.type == 8")
     dropped(result, "ls_out_apply_port_sec", web1.switch)
+
+
+# --- 7b. provider networks --------------------------------------------------------------------
+
+FILER = ("02:00:5e:00:32:0a", "192.168.50.10")  # an NFS filer on the VLAN, unknown to OVN
+
+
+def test_a_provider_network_reaches_its_vlan_and_keeps_tenants_apart(
+        shared_storage: Fabric) -> None:
+    fabric, nb = shared_storage, shared_storage.nb
+    db = nb.port("globex", "BaremetalInstance", "db-metal", 2)
+    nas = nb.port("initech", "ComputeInstance", "nas-client", 1)
+    assert db.switch == nas.switch == "unet-pn.storage-b"
+    localnet = nb.row("Logical_Switch_Port/None/storage-b/localnet")
+    assert (localnet["tag_request"], localnet["options"]) == (
+        300, {"network_name": "physnet-storage"})
+
+    # Each tenant reaches the provider's filer: out of the localnet port, onto VLAN 300.
+    for port, group in ((db, nb.group("globex", "corp", "database")),
+                        (nas, nb.group("initech", "lab-b", "default"))):
+        nfs = fabric.send(port, FILER[0], FILER[1], TCP.format(2049))
+        delivered(nfs, localnet["name"])
+        allowed_by(nfs, "ls_in_acl", f"inport == @{group} && ip4")
+
+    # Neither opens a connection to the other: each one's own groups guard its port.
+    dropped(fabric.send(nas, db.mac, db.ip4, TCP.format(5432)), "ls_out_acl", db.switch,
+            f"outport == @{nb.group('globex', 'corp')} && ip")
+    dropped(fabric.send(db, nas.mac, nas.ip4, TCP.format(22)), "ls_out_acl", nas.switch,
+            f"outport == @{nb.group('initech', 'lab-b')} && ip")
+
+    # Nor may one pose as the filer, or as the other tenant.
+    for spoof in ({"src": FILER[1]}, {"src": db.ip4}, {"eth_src": FILER[0]}):
+        dropped(fabric.send(nas, FILER[0], FILER[1], TCP.format(2049), **spoof),
+                "ls_in_apply_port_sec", nas.switch)
+
+    # DHCP: the allocated address, the provider's routes, no default route.
+    result = trace(fabric.lab, nas.switch, ip_packet(
+        nas, "ff:ff:ff:ff:ff:ff", "255.255.255.255", src="0.0.0.0"),
+        "ip.ttl == 64 && udp && udp.src == 68 && udp.dst == 67")
+    options = _dhcp_options(result, "put_dhcp_opts")
+    assert options["offerip"] == nas.ip4 == "192.168.50.101", result
+    assert "router" not in options and options["mtu"] == "9000"
+    assert options["classless_static_route"].replace(" ", "") == \
+        "{192.168.60.0/24,192.168.50.254}"
+    delivered(result, nas)
 
 
 # --- 8. DHCP -----------------------------------------------------------------------------------

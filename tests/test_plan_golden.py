@@ -277,6 +277,48 @@ def test_open_ssh_to_the_world(tmp_path: Path, example: Validation) -> None:
     assert acl["after"]["parent"] == ["Port_Group/acme/prod/db", "acls"]
 
 
+def test_a_tenant_joins_a_provider_network(tmp_path: Path, example: Validation) -> None:
+    """The provider lets initech onto storage-b; initech attaches a VM's second NIC to it
+    and admits SSH from the storage VLAN, which the plan shows as opened to every tenant
+    there."""
+    def edit(repo: Path) -> None:
+        edit_text(repo, "provider/networks.yaml", "tenants: [globex]",
+                  "tenants: [globex, initech]")
+        append_doc(repo, "tenants/initech/network.yaml", {
+            "apiVersion": API, "kind": "VirtualNetwork", "metadata": {"name": "lab-b"},
+            "spec": {"region": "region-b", "ipv4Cidr": "172.20.0.0/16"}})
+        append_doc(repo, "tenants/initech/network.yaml", {
+            "apiVersion": API, "kind": "Subnet", "metadata": {"name": "hosts"},
+            "spec": {"virtualNetwork": "lab-b", "ipv4Cidr": "172.20.1.0/24"}})
+        append_doc(repo, "tenants/initech/network.yaml", {
+            "apiVersion": API, "kind": "SecurityGroup", "metadata": {"name": "nas"},
+            "spec": {"virtualNetwork": "lab-b", "ingress": [
+                {"protocol": "tcp", "portFrom": 22, "portTo": 22,
+                 "cidr": "192.168.50.0/24"}]}})
+        append_doc(repo, "tenants/initech/compute.yaml", {
+            "apiVersion": API, "kind": "ComputeInstance", "metadata": {"name": "nas-client"},
+            "spec": {"networkAttachments": [
+                {"subnet": "hosts", "primary": True},
+                {"providerNetwork": "storage-b", "securityGroups": ["nas"]}]}})
+
+    doc = plan_edit(tmp_path, example, edit)
+    check_golden("provider_network", doc)
+    assert doc["valid"] and doc["diagnostics"] == []
+    assert {r["address"] for r in non_noop(doc)} == {
+        "VirtualNetwork/initech/lab-b", "Subnet/initech/hosts", "SecurityGroup/initech/nas",
+        "ComputeInstance/initech/nas-client", "ProviderNetwork/storage-b"}
+    storage = resource(doc, "ProviderNetwork/storage-b")
+    assert storage["reason"] == "changed in the repo; no backend change"
+    assert all(c["actions"] == ["no-op"] for c in changes_of(doc, "ProviderNetwork/storage-b"))
+    [port] = [c for c in changes_of(doc, "ComputeInstance/initech/nas-client")
+              if c["key"].endswith("/nas-client/1")]
+    assert port["after"]["parent"] == ["Logical_Switch/None/storage-b", "ports"]
+    assert port["after"]["refs"]["dhcpv4_options"] == ["DHCP_Options/None/storage-b/v4"]
+    assert doc["exposure"]["rules_opened"] == [
+        {"rule": "tcp port 22 from 192.168.50.0/24 to initech/lab-b/nas",
+         "owner": "SecurityGroup/initech/nas"}]
+
+
 INITECH = ["ComputeInstance/initech/ci-runner-1", "ExternalIP/initech/launch-web",
            "Subnet/initech/build", "Tenant/initech", "VirtualNetwork/initech/lab"]
 

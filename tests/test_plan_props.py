@@ -194,8 +194,9 @@ def toggle_groups(files: Files, rng: random.Random) -> None:
                  for item in docs_of(files, kind)]
     path, workload = rng.choice(workloads)
     attachment = rng.choice(workload["spec"]["networkAttachments"])
+    own = next(a["subnet"] for a in workload["spec"]["networkAttachments"] if "subnet" in a)
     vn = next(d["spec"]["virtualNetwork"] for p, d in subnets(files)
-              if tenant_of(p) == tenant_of(path) and d["metadata"]["name"] == attachment["subnet"])
+              if tenant_of(p) == tenant_of(path) and d["metadata"]["name"] == own)
     groups = groups_of(files, tenant_of(path), vn)
     attachment["securityGroups"] = rng.sample(groups, rng.randint(1, len(groups)))
 
@@ -260,7 +261,7 @@ def remove_subnet(files: Files, rng: random.Random) -> None:
     for kind in ("ComputeInstance", "BaremetalInstance", "Cluster"):
         for wpath, workload in docs_of(files, kind):
             if tenant_of(wpath) == tenant and any(
-                    a["subnet"] == name for a in workload["spec"]["networkAttachments"]):
+                    a.get("subnet") == name for a in workload["spec"]["networkAttachments"]):
                 remove_doc(files, wpath, workload)
 
 
@@ -299,7 +300,7 @@ def move_subnet(files: Files, rng: random.Random) -> None:
     for kind in ("ComputeInstance", "BaremetalInstance"):
         for wpath, workload in docs_of(files, kind):
             for attachment in workload["spec"]["networkAttachments"]:
-                if tenant_of(wpath) == tenant and attachment["subnet"] == subnet["metadata"][
+                if tenant_of(wpath) == tenant and attachment.get("subnet") == subnet["metadata"][
                         "name"]:
                     attachment.pop("ipAddress", None)
 

@@ -29,7 +29,7 @@ from reconciler.allocate import (
 from reconciler.allocate import derived_mac as _derived_mac
 from reconciler.check.security import rule_families
 from reconciler.model import Model
-from reconciler.models import attachment_identity
+from reconciler.models import attachment_identity, segment_of
 from reconciler.objects import (
     TAG_ALLOCATION,
     TAG_IMMUTABLE,
@@ -180,7 +180,7 @@ class _Renderer:
     def run(self) -> None:
         self.ports = self._index_ports()
         # Subnets that some workload attaches to other than by its primary attachment.
-        self.secondary = {(w.tenant, a.subnet) for w in self.model.workloads
+        self.secondary = {segment_of(w.tenant, a) for w in self.model.workloads
                           for i, a in enumerate(w.obj.spec.network_attachments)
                           if i != _primary_index(w)}
         self.hosted = self._index_hosted()
@@ -194,6 +194,9 @@ class _Renderer:
         for subnet in self.model.kind("Subnet"):
             if (subnet.tenant, subnet.obj.spec.virtual_network) in ours:
                 self._subnet(subnet)
+        for network in self.model.kind("ProviderNetwork"):
+            if self._realised_here(self.model.provider_network_class(network.name)):
+                self._provider_network(network)
         for group in self._groups(ours):
             self._security_group(*group)
         for workload in self.model.workloads:
@@ -207,7 +210,9 @@ class _Renderer:
             self._gateway(vn)
 
     def _ours(self, vn: Manifest) -> bool:
-        cls = self.model.class_of(vn.tenant, vn.name)
+        return self._realised_here(self.model.class_of(vn.tenant, vn.name))
+
+    def _realised_here(self, cls: Manifest | None) -> bool:
         return cls is not None and cls.obj.spec.fabric_manager == self.manager
 
     def _regions(self) -> set[str]:
@@ -308,6 +313,25 @@ class _Renderer:
             self._dhcp(subnet, spaces, gateways, mac)
         self._localnet(subnet, switch)
 
+    def _provider_network(self, network: Manifest) -> None:
+        """A provider's VLAN: a switch bridged to it by a localnet port with its fixed tag,
+        and DHCP; no router (its routes are offered by DHCP)."""
+        spec = network.obj.spec
+        switch = key("Logical_Switch", None, network.name)
+        self.out.add("Logical_Switch", switch, network.ref, {
+            "name": f"unet-pn.{network.name}", "other_config": {},
+        })
+        if spec.dhcp:
+            self._dhcp(network, self.model.subnet_spaces(None, network.name), {},
+                       self.mac(key("Logical_Router_Port", None, network.name)))
+        self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", None, network.name,
+                                                "localnet"), network.ref, {
+            "name": f"unet-pn.{network.name}.localnet", "type": "localnet",
+            "addresses": ["unknown"], "options": {"network_name": spec.physical_network},
+            "port_security": [], "tag_request": spec.segment_id,
+        }, parent=(switch, "ports"),
+            meta={TAG_ALLOCATION + segment_key(None, network.name): str(spec.segment_id)})
+
     def _dhcp(self, subnet: Manifest, spaces: dict[int, Any], gateways: dict[int, str],
               mac: str) -> None:
         t, spec = subnet.tenant, subnet.obj.spec
@@ -331,7 +355,8 @@ class _Renderer:
             self.out.add("DHCP_Options", key("DHCP_Options", t, subnet.name, "v4"), subnet.ref,
                          {"cidr": str(spaces[4].net), "options": _with_routes(
                              options, [*routes, *default] if routes else [])})
-            if (t, subnet.name) in self.secondary:  # the default route on one NIC only
+            if (t, subnet.name) in self.secondary and t is not None:
+                # the default route on one NIC only (a provider network offers none)
                 options = {k: v for k, v in options.items() if k != "router"}
                 self.out.add("DHCP_Options", key("DHCP_Options", t, subnet.name, "v4",
                                                  "secondary"), subnet.ref,
@@ -444,7 +469,8 @@ class _Renderer:
         identity = immutable_tag(identities[0] if len(identities) == 1 else identities)
         for index, attachment in enumerate(attachments):
             port = port_key(workload, index)
-            spaces = self.model.subnet_spaces(t, attachment.subnet)
+            segment = segment_of(t, attachment)
+            spaces = self.model.subnet_spaces(*segment)
             # A cluster's VIPs come from its first subnet: recorded there, so they are
             # held in that subnet only.
             meta = {TAG_IMMUTABLE: identity, **self.recorded(
@@ -458,24 +484,25 @@ class _Renderer:
                 unknown |= not known
             addresses += cluster_vips
             entry = " ".join(addresses)
-            dhcp4 = key("DHCP_Options", t, attachment.subnet, "v4",
-                        *(() if index == _primary_index(workload) else ("secondary",)))
-            refs = {"dhcpv4_options": (dhcp4,)
-                    if 4 in spaces and self._dhcp_on(t, attachment.subnet) else (),
-                    "dhcpv6_options": (key("DHCP_Options", t, attachment.subnet, "v6"),)
-                    if 6 in spaces and self._dhcp_on(t, attachment.subnet) else ()}
+            secondary = index != _primary_index(workload) and segment[0] is not None
+            dhcp4 = key("DHCP_Options", *segment, "v4", *(("secondary",) if secondary else ()))
+            dhcp = self._dhcp_on(*segment)
+            refs = {"dhcpv4_options": (dhcp4,) if 4 in spaces and dhcp else (),
+                    "dhcpv6_options": (key("DHCP_Options", *segment, "v6"),)
+                    if 6 in spaces and dhcp else ()}
             self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", *port.split("/")),
                          workload.ref, {
                 "name": f"unet.{t}.{_short(workload.kind)}.{workload.name}.{index}",
                 "type": "", "addresses": [entry], "port_security": [entry], "options": {},
                 "tag_request": None,
             }, refs={k: v for k, v in refs.items() if v},
-                parent=(key("Logical_Switch", t, attachment.subnet), "ports"),
+                parent=(key("Logical_Switch", *segment), "ports"),
                 unknown=frozenset({"addresses", "port_security"}) if unknown else frozenset(),
                 meta=meta)
 
     def _dhcp_on(self, tenant: str | None, subnet: str) -> bool:
-        found = self.model.get("Subnet", tenant, subnet)
+        found = self.model.get("Subnet" if tenant is not None else "ProviderNetwork", tenant,
+                               subnet)
         return bool(found is not None and found.obj.spec.dhcp)
 
     # -- external access --------------------------------------------------------------------

@@ -13,6 +13,7 @@ from .networks import (
     check_networks,
     check_pools,
     check_pools_against_networks,
+    check_provider_networks,
     check_subnets,
     check_tenants,
 )
@@ -43,6 +44,7 @@ def check(
     check_networks(ctx, allowed)
     check_pools_against_networks(ctx)
     check_subnets(ctx)
+    check_provider_networks(ctx)
     check_security_groups(ctx)
     check_workloads(ctx)
     check_external_ips(ctx)

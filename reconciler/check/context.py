@@ -40,8 +40,10 @@ class Context:
     default_class: dict[str, str] = field(default_factory=dict)  # region -> class
     class_caps: dict[str, frozenset[Capability]] = field(default_factory=dict)
     vn_class: dict[tuple[str, str], str] = field(default_factory=dict)  # (tenant, vn) -> class
+    provider_network_class: dict[str, str] = field(default_factory=dict)
     networks: dict[tuple[str, str], dict[int, netaddr.IPNetwork]] = field(default_factory=dict)
-    subnets: dict[tuple[str, str], dict[int, AddressSpace]] = field(default_factory=dict)
+    # (tenant, subnet), or (None, name) of a ProviderNetwork -> its address spaces
+    subnets: dict[tuple[str | None, str], dict[int, AddressSpace]] = field(default_factory=dict)
     pools: dict[str, AddressSpace] = field(default_factory=dict)
     invalid: set[int] = field(default_factory=set)  # id() of manifests that failed a check
     # Identities of documents that failed the schema: declared, so no REF_NOT_FOUND for them.

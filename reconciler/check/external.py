@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..diagnostics import Diagnostic, json_pointer
-from ..models import Capability
+from ..models import Capability, first_subnet
 from ..schema import Manifest
 from .classes import require
 from .context import Context, Path_
@@ -142,7 +142,7 @@ def _check_target(ctx: Context, attachment: Manifest) -> Manifest | None:
         ctx.diagnostics.append(_pending(attachment))
         return None
     subnet = ctx.get("Subnet", attachment.tenant,
-                     workload.obj.spec.network_attachments[0].subnet)
+                     first_subnet(workload.obj.spec.network_attachments))
     if subnet is None:
         return None
     _check_reachable(ctx, attachment, workload)

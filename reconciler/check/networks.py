@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import netaddr
@@ -169,16 +170,10 @@ def check_subnets(ctx: Context) -> None:
         for version, space in spaces.items():
             by_network[(subnet.tenant, vn.name, version)].append(
                 (space.net.first, space.net.last, subnet))
-        _check_mtu(ctx, subnet, 6 in spaces or spec.ipv6_cidr is not None)
         if spec.dhcp:
             require(ctx, subnet, ("spec", "dhcp"), class_name, Capability.DHCP,
                     "a subnet with dhcp: true")
-        for index, server in enumerate(spec.dns_servers):
-            parse_ip(ctx, subnet, ("spec", "dnsServers", index), server)
-        for index, server in enumerate(spec.ntp_servers):  # OVN's DHCPv6 has no NTP option
-            parse_ip(ctx, subnet, ("spec", "ntpServers", index), server, version=4)
-        for index, route in enumerate(spec.routes):
-            _check_route(ctx, subnet, index, route, spaces)
+        _check_segment_options(ctx, subnet, spaces)
     for (_tenant, _vn, version), members in by_network.items():
         field = "ipv4Cidr" if version == 4 else "ipv6Cidr"
         for earlier, later in overlaps(members):
@@ -190,51 +185,63 @@ def check_subnets(ctx: Context) -> None:
 
 def _subnet_spaces(ctx: Context, subnet: Manifest, vn: Manifest,
                    class_name: str | None) -> dict[int, AddressSpace]:
-    spec = subnet.obj.spec
-    if spec.ipv4_cidr is None and spec.ipv6_cidr is None:
-        ctx.report("SCHEMA_REQUIRED", subnet, ("spec",),
-                   "a Subnet needs ipv4Cidr, ipv6Cidr or both")
-        return {}
     vn_nets = ctx.networks.get((vn.tenant, vn.name), {})
     cls = ctx.get("NetworkClass", None, class_name) if class_name else None
-    vip_prefix = cls.obj.spec.vip_prefix_length if cls is not None else None
+
+    def inside_network(version: int, field: str, net: netaddr.IPNetwork) -> bool:
+        parent = vn_nets.get(version)
+        if parent is not None and net in parent:
+            return True
+        where = f"inside {parent}" if parent is not None else \
+            f"an {family_name(version)} CIDR on VirtualNetwork '{vn.name}' first"
+        ctx.report("SUBNET_OUTSIDE_NETWORK", subnet, ("spec", field),
+                   f"{net} is not inside VirtualNetwork '{vn.name}'",
+                   f"choose a CIDR {where}" if parent is not None else f"declare {where}")
+        return False
+
+    return _segment_spaces(ctx, subnet, "a Subnet", inside_network,
+                           cls.obj.spec.vip_prefix_length if cls is not None else None)
+
+
+def _segment_spaces(ctx: Context, segment: Manifest, what: str,
+                    accept: Callable[[int, str, netaddr.IPNetwork], bool],
+                    vip_prefix: int | None) -> dict[int, AddressSpace]:
+    """The address spaces of a Subnet or a ProviderNetwork (which has no gateway)."""
+    spec = segment.obj.spec
+    if spec.ipv4_cidr is None and spec.ipv6_cidr is None:
+        ctx.report("SCHEMA_REQUIRED", segment, ("spec",),
+                   f"{what} needs ipv4Cidr, ipv6Cidr or both")
+        return {}
     spaces: dict[int, AddressSpace] = {}
     for version, field, attr in _FAMILY_FIELDS:
         text = getattr(spec, attr)
         if text is None:
             continue
-        net = parse_cidr(ctx, subnet, ("spec", field), text, version)
-        if net is None:
+        net = parse_cidr(ctx, segment, ("spec", field), text, version)
+        if net is None or not accept(version, field, net):
             continue
-        parent = vn_nets.get(version)
-        if parent is None or net not in parent:
-            where = f"inside {parent}" if parent is not None else \
-                f"an {family_name(version)} CIDR on VirtualNetwork '{vn.name}' first"
-            ctx.report("SUBNET_OUTSIDE_NETWORK", subnet, ("spec", field),
-                       f"{net} is not inside VirtualNetwork '{vn.name}'",
-                       f"choose a CIDR {where}" if parent is not None else f"declare {where}")
-            continue
-        gateway_field, gateway_text = (("gateway", spec.gateway) if version == 4
-                                       else ("ipv6Gateway", spec.ipv6_gateway))
+        gateway_field, gateway_attr = (("gateway", "gateway") if version == 4
+                                       else ("ipv6Gateway", "ipv6_gateway"))
+        gateway_text = getattr(spec, gateway_attr, None)
         # `gateway: null`, as opposed to leaving it out: no gateway at all
-        no_gateway = gateway_text is None and \
-            ("gateway" if version == 4 else "ipv6_gateway") in spec.model_fields_set
+        no_gateway = gateway_text is None and (
+            gateway_attr in spec.model_fields_set or gateway_attr not in type(spec).model_fields)
         # Ranges are per family; a family with none draws from its whole subnet.
         ranges = [r for r in spec.allocation_ranges or () if _version_of(r.start) == version]
-        space = _address_space(ctx, subnet, net, gateway_text, ("spec", gateway_field),
+        space = _address_space(ctx, segment, net, gateway_text, ("spec", gateway_field),
                                ranges or None, ("spec", "allocationRanges"),
                                spec.exclude_addresses,
                                ("spec", "excludeAddresses"), range_index=_index_map(
                                    spec.allocation_ranges, version), no_gateway=no_gateway)
         if space is None:
             continue
-        space.owner = subnet.ref
+        space.owner = segment.ref
         if no_gateway and version == 4 and spec.dhcp and net.size > 2:
             space.reserved.add(int(first_host(net)))  # the DHCP server's own address
         if version == 4 and vip_prefix is not None:
             _apply_vip_block(space, vip_prefix)
         if space.ranges_known and _available(space) <= 0:
-            ctx.report("SUBNET_TOO_SMALL", subnet, ("spec", field),
+            ctx.report("SUBNET_TOO_SMALL", segment, ("spec", field),
                        f"{net} leaves no address for ports after the reserved ones",
                        "use a larger subnet" + (f" (the class reserves the last /{vip_prefix} "
                                                 "for VIPs)" if version == 4 and vip_prefix else ""))
@@ -243,9 +250,60 @@ def _subnet_spaces(ctx: Context, subnet: Manifest, vn: Manifest,
     declared = {version for version, _field, attr in _FAMILY_FIELDS if getattr(spec, attr)}
     for index, item in enumerate(spec.allocation_ranges or ()):
         if _version_of(item.start) not in declared:
-            ctx.report("RANGE_INVALID", subnet, ("spec", "allocationRanges", index),
+            ctx.report("RANGE_INVALID", segment, ("spec", "allocationRanges", index),
                        f"{item.start}-{item.end} is of a family this subnet does not have")
     return spaces
+
+
+def _check_segment_options(ctx: Context, segment: Manifest,
+                           spaces: dict[int, AddressSpace]) -> None:
+    """MTU, DNS and NTP servers and DHCP routes of a Subnet or a ProviderNetwork."""
+    spec = segment.obj.spec
+    _check_mtu(ctx, segment, 6 in spaces or spec.ipv6_cidr is not None)
+    for index, server in enumerate(spec.dns_servers):
+        parse_ip(ctx, segment, ("spec", "dnsServers", index), server)
+    for index, server in enumerate(spec.ntp_servers):  # OVN's DHCPv6 has no NTP option
+        parse_ip(ctx, segment, ("spec", "ntpServers", index), server, version=4)
+    for index, route in enumerate(spec.routes):
+        _check_route(ctx, segment, index, route, spaces)
+
+
+def check_provider_networks(ctx: Context) -> None:
+    """ProviderNetworks: class, fixed segment id, addresses; who may use them."""
+    by_segment: dict[tuple[str, int], Manifest] = {}
+    for network in ctx.kind("ProviderNetwork"):
+        spec = network.obj.spec
+        for index, tenant in enumerate(spec.tenants):
+            ctx.lookup(network, ("spec", "tenants", index), "Tenant", tenant)
+        class_name = class_of_network(ctx, network)
+        cls = ctx.get("NetworkClass", None, class_name)
+        if cls is not None:
+            ctx.provider_network_class[network.name] = cls.name
+            _check_provider_segment(ctx, network, cls)
+            if cls.obj.spec.fabric_manager is None:
+                ctx.report("NETWORK_CLASS_INVALID", network, ("spec", "networkClass"),
+                           f"NetworkClass '{cls.name}' has no fabricManager, which realises a "
+                           "ProviderNetwork", "name a class with a fabricManager")
+        earlier = by_segment.setdefault((spec.physical_network, spec.segment_id), network)
+        if earlier is not network:
+            ctx.report("SEGMENT_ID_CONFLICT", network, ("spec", "segmentId"),
+                       f"segment {spec.segment_id} of physical network {spec.physical_network} "
+                       f"is ProviderNetwork '{earlier.name}''s already",
+                       "one VLAN is one ProviderNetwork: give each its own segmentId")
+        spaces = _segment_spaces(ctx, network, "a ProviderNetwork",
+                                 lambda _version, _field, _net: True, None)
+        ctx.subnets[(None, network.name)] = spaces
+        _check_segment_options(ctx, network, spaces)
+
+
+def _check_provider_segment(ctx: Context, network: Manifest, cls: Manifest) -> None:
+    segment, span = network.obj.spec.segment_id, cls.obj.spec.segment_range
+    if not span.start <= segment <= span.end:
+        ctx.report("SEGMENT_OUT_OF_RANGE", network, ("spec", "segmentId"),
+                   f"segment {segment} is outside NetworkClass '{cls.name}''s segmentRange "
+                   f"{span.start}-{span.end}",
+                   "widen the class's segmentRange to include it (its ids are unet's to hand "
+                   "out), or use a class whose range has it")
 
 
 def _version_of(text: str) -> int:

@@ -10,7 +10,7 @@ from ..diagnostics import Diagnostic, json_pointer
 from ..models import Capability
 from ..schema import Manifest
 from .classes import plugin_of, require
-from .context import AddressSpace, Context, Path_
+from .context import Context, Path_
 from .netutil import family_name, parse_cidr, parse_ip
 from .security import resolve_group
 
@@ -58,8 +58,18 @@ def _check_attachments(ctx: Context, workload: Manifest, claims: Claims) -> str 
     """Check every attachment; return the workload's VirtualNetwork when it has one."""
     attachments = workload.obj.spec.network_attachments
     vn_name: str | None = None
+    provider: list[int] = []
     for index, attachment in enumerate(attachments):
         path = ("spec", "networkAttachments", index)
+        if (attachment.subnet is None) == (attachment.provider_network is None):
+            ctx.report("PROVIDER_NETWORK_ATTACHMENT_INVALID", workload, path,
+                       "an attachment names a subnet or a providerNetwork: exactly one",
+                       "subnet: a Subnet of the tenant; providerNetwork: a provider's "
+                       "shared network")
+            continue
+        if attachment.provider_network is not None:
+            provider.append(index)
+            continue
         subnet = ctx.lookup(workload, (*path, "subnet"), "Subnet", attachment.subnet,
                             workload.tenant)
         if subnet is None:
@@ -73,61 +83,160 @@ def _check_attachments(ctx: Context, workload: Manifest, claims: Claims) -> str 
                        f"attachment's in '{vn_name}'",
                        "all attachments of a workload use one VirtualNetwork")
             continue
-        for g_index, group in enumerate(attachment.security_groups):
-            resolve_group(ctx, workload, (*path, "securityGroups", g_index), group, this_vn)
-        spaces = ctx.subnets.get((workload.tenant, subnet.name), {})
-        for version, field in ((4, "ipAddress"), (6, "ipv6Address")):
-            text = attachment.ip_address if version == 4 else attachment.ipv6_address
-            if text is not None:
-                _claim_address(ctx, workload, (*path, field), text, version, subnet, spaces,
-                               claims, is_vip=False)
-        if attachment.mac_address is not None:
-            _claim_mac(ctx, workload, (*path, "macAddress"), attachment.mac_address, subnet,
-                       claims)
+        _check_port(ctx, workload, path, attachment, subnet, this_vn, claims)
     if len(attachments) > 1:
         primaries = [i for i, a in enumerate(attachments) if a.primary]
         if len(primaries) != 1:
             ctx.report("PRIMARY_INVALID", workload, ("spec", "networkAttachments"),
                        f"{len(primaries)} of {len(attachments)} attachments are primary; "
                        "exactly one must be", "set primary: true on one attachment")
+    for index in provider:
+        _check_provider_attachment(ctx, workload, index, vn_name, claims)
     return vn_name
 
 
+def _check_port(ctx: Context, workload: Manifest, path: Path_, attachment: Any,
+                segment: Manifest, vn_name: str, claims: Claims) -> None:
+    """An attachment's groups (of the workload's network) and its fixed values."""
+    for g_index, group in enumerate(attachment.security_groups):
+        resolve_group(ctx, workload, (*path, "securityGroups", g_index), group, vn_name)
+    for version, field in ((4, "ipAddress"), (6, "ipv6Address")):
+        text = attachment.ip_address if version == 4 else attachment.ipv6_address
+        if text is not None:
+            _claim_address(ctx, workload, (*path, field), text, version, segment, claims,
+                           is_vip=False)
+    if attachment.mac_address is not None:
+        _claim_mac(ctx, workload, (*path, "macAddress"), attachment.mac_address, segment,
+                   claims)
+
+
+def _check_provider_attachment(ctx: Context, workload: Manifest, index: int,
+                               vn_name: str | None, claims: Claims) -> None:
+    """A second NIC on a provider's network: allowed to the tenant, never the primary,
+    fabric ports only, in the workload's region and fabric manager, apart from its network."""
+    attachments = workload.obj.spec.network_attachments
+    attachment, path = attachments[index], ("spec", "networkAttachments", index)
+    network = ctx.lookup(workload, (*path, "providerNetwork"), "ProviderNetwork",
+                         attachment.provider_network)
+    if network is None:
+        return
+    if workload.tenant not in network.obj.spec.tenants:
+        ctx.report("PROVIDER_NETWORK_NOT_ALLOWED", workload, (*path, "providerNetwork"),
+                   f"tenant {workload.tenant} may not attach to ProviderNetwork "
+                   f"'{network.name}'", "the provider lists who may in its spec.tenants")
+        return
+    vn = ctx.get("VirtualNetwork", workload.tenant, vn_name)
+    why = _provider_attachment_problem(ctx, workload, index, network, vn)
+    if why is not None:
+        ctx.report("PROVIDER_NETWORK_ATTACHMENT_INVALID", workload,
+                   (*path, "providerNetwork"), why[0], why[1])
+    elif vn is not None and _provider_fixed_values_allowed(ctx, workload, path, attachment,
+                                                           network):
+        _check_port(ctx, workload, path, attachment, network, vn.name, claims)
+
+
+def _provider_fixed_values_allowed(ctx: Context, workload: Manifest, path: Path_,
+                                   attachment: Any, network: Manifest) -> bool:
+    """The provider's hosts on its VLAN are unknown to unet: a tenant may fix an address
+    only inside what the provider hands out, and never a MAC (it could be a host's)."""
+    ok = True
+    if attachment.mac_address is not None:
+        ctx.report("ADDRESS_INVALID", workload, (*path, "macAddress"),
+                   f"a fixed MAC on ProviderNetwork '{network.name}' could be one of the "
+                   "provider's hosts'", "leave macAddress out: unet derives one")
+        ok = False
+    spaces = ctx.subnets.get((None, network.name), {})
+    for version, field in ((4, "ipAddress"), (6, "ipv6Address")):
+        text = attachment.ip_address if version == 4 else attachment.ipv6_address
+        space = spaces.get(version)
+        valid = text is not None and (netaddr.valid_ipv4(text) or netaddr.valid_ipv6(text))
+        if text is None or space is None or not valid:
+            continue  # a malformed one is reported with the other fixed values
+        value = int(netaddr.IPAddress(text))
+        if space.net.first <= value <= space.net.last and not any(
+                first <= value <= last for first, last in space.ranges):
+            ctx.report("ADDRESS_INVALID", workload, (*path, field),
+                       f"{text} is outside the allocationRanges of ProviderNetwork "
+                       f"'{network.name}': the rest of it is the provider's",
+                       "pick an address inside its allocationRanges, or leave it out")
+            ok = False
+    return ok
+
+
+def _provider_attachment_problem(ctx: Context, workload: Manifest, index: int,
+                                 network: Manifest, vn: Manifest | None
+                                 ) -> tuple[str, str] | None:
+    """(what is wrong, hint) with attaching `workload` to `network`, or None."""
+    attachments = workload.obj.spec.network_attachments
+    primary = len(attachments) == 1 or attachments[index].primary
+    if primary:
+        return (f"ProviderNetwork '{network.name}' cannot be the primary attachment",
+                "attach the workload to a Subnet of its own network as primary, and the "
+                "provider network beside it")
+    if workload.kind == "Cluster" or getattr(workload.obj.spec, "hosting_cluster", None):
+        what = "a Cluster" if workload.kind == "Cluster" else "a VM on a hosting cluster"
+        return (f"{what} cannot attach to a provider network: provider networks are "
+                "realised on the fabric only", "attach a ComputeInstance on the fabric or a "
+                "BaremetalInstance")
+    if vn is None:
+        return None  # the workload's own network is reported
+    if network.obj.spec.region != vn.obj.spec.region:
+        return (f"ProviderNetwork '{network.name}' is in region {network.obj.spec.region}, "
+                f"the workload's VirtualNetwork '{vn.name}' in {vn.obj.spec.region}",
+                "attach a provider network of the workload's region")
+    mine = ctx.get("NetworkClass", None, ctx.vn_class.get((vn.tenant, vn.name)))
+    theirs = ctx.get("NetworkClass", None, ctx.provider_network_class.get(network.name))
+    if mine is not None and theirs is not None \
+            and mine.obj.spec.fabric_manager != theirs.obj.spec.fabric_manager:
+        return (f"ProviderNetwork '{network.name}' is realised by fabric manager "
+                f"'{theirs.obj.spec.fabric_manager}', VirtualNetwork '{vn.name}' by "
+                f"'{mine.obj.spec.fabric_manager}'", "a port and its security groups live in "
+                "one Northbound: attach a provider network of the same fabric")
+    for version, own in ctx.networks.get((vn.tenant, vn.name), {}).items():
+        space = ctx.subnets.get((None, network.name), {}).get(version)
+        if space is not None and (space.net in own or own in space.net):
+            return (f"ProviderNetwork '{network.name}' ({space.net}) overlaps the workload's "
+                    f"VirtualNetwork '{vn.name}' ({own})",
+                    "a workload cannot route to two networks with the same addresses")
+    return None
+
+
 def _claim_address(ctx: Context, workload: Manifest, path: Path_, text: str, version: int,
-                   subnet: Manifest, spaces: dict[int, AddressSpace], claims: Claims,
-                   is_vip: bool) -> None:
+                   segment: Manifest, claims: Claims, is_vip: bool) -> None:
+    """A fixed address on a Subnet or a ProviderNetwork (`segment`)."""
     ip = parse_ip(ctx, workload, path, text, version=version)
     if ip is None:
         return
-    space = spaces.get(version)
+    space = ctx.subnets.get((segment.tenant, segment.name), {}).get(version)
+    what = f"{'subnet' if segment.kind == 'Subnet' else 'provider network'} '{segment.name}'"
     if space is None:
-        if (subnet.obj.spec.ipv4_cidr if version == 4 else subnet.obj.spec.ipv6_cidr) is None:
+        if (segment.obj.spec.ipv4_cidr if version == 4 else segment.obj.spec.ipv6_cidr) is None:
             ctx.report("ADDRESS_INVALID", workload, path,
-                       f"subnet '{subnet.name}' has no {family_name(version)} CIDR")
+                       f"{what} has no {family_name(version)} CIDR")
         return
     value = int(ip)
     problem = None
     if ip not in space.net:
-        problem = f"{ip} is outside subnet '{subnet.name}' ({space.net})"
+        problem = f"{ip} is outside {what} ({space.net})"
     elif value in space.reserved:
-        problem = f"{ip} is reserved in subnet '{subnet.name}' (network, broadcast, gateway " \
+        problem = f"{ip} is reserved in {what} (network, broadcast, gateway, DHCP server " \
                   "or excluded)"
     elif not is_vip and space.vip_block and space.vip_block[0] <= value <= space.vip_block[1]:
-        problem = f"{ip} lies in the VIP block of subnet '{subnet.name}'"
+        problem = f"{ip} lies in the VIP block of {what}"
     if problem:
         ctx.report("ADDRESS_INVALID", workload, path, problem, "pick a free address of the subnet")
         return
-    _claim(ctx, claims, ("ip", workload.tenant, subnet.name, value), workload, path, str(ip))
+    _claim(ctx, claims, ("ip", segment.tenant, segment.name, value), workload, path, str(ip))
 
 
-def _claim_mac(ctx: Context, workload: Manifest, path: Path_, text: str, subnet: Manifest,
+def _claim_mac(ctx: Context, workload: Manifest, path: Path_, text: str, segment: Manifest,
                claims: Claims) -> None:
     mac = netaddr.EUI(text)
     if int(mac) >> 40 & 1:
         ctx.report("ADDRESS_INVALID", workload, path, f"{text} is a multicast MAC address",
                    "use a unicast address, e.g. 02:00:00:00:00:01 (locally administered)")
         return
-    _claim(ctx, claims, ("mac", workload.tenant, subnet.name, int(mac)), workload, path, text)
+    _claim(ctx, claims, ("mac", segment.tenant, segment.name, int(mac)), workload, path, text)
 
 
 def _claim(ctx: Context, claims: Claims, key: tuple[Any, ...], manifest: Manifest, path: Path_,
@@ -230,7 +339,7 @@ def _check_cluster(ctx: Context, cluster: Manifest, vn_name: str, claims: Claims
         for field, text in (("apiVip", spec.api_vip), ("ingressVip", spec.ingress_vip)):
             if text is not None:
                 _claim_address(ctx, cluster, ("spec", field), text, 4 if ":" not in text else 6,
-                               subnet, spaces, claims, is_vip=True)
+                               subnet, claims, is_vip=True)
     cidrs: list[tuple[str, netaddr.IPNetwork]] = []
     for field, text in (("podCidr", spec.network.pod_cidr),
                         ("serviceCidr", spec.network.service_cidr)):
