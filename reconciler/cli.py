@@ -18,16 +18,26 @@ from .load import DEFAULT_MAX_FILE_BYTES
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors exit 1: exit code 2 means "changes present" for every unet command."""
+    """Usage errors exit 1: exit code 2 means "changes present" for every unet command.
+    Every command takes --no-color, before or after its name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--no-color", action="store_true", default=argparse.SUPPRESS,
+                          help="no colour (as NO_COLOR=1 does; FORCE_COLOR=1 forces it)")
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"unet: error: {message}\n")
 
 
+#: The formats of every command that prints a result, in one vocabulary.
+FORMATS = ("text", "json", "github", "markdown")
+
+
 def _add_repo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", nargs="?", default=".", type=Path,
-                        help="the network repo (default: the current folder)")
+    parser.add_argument("path", nargs="?", default=None, type=Path,
+                        help="the network repo (default: the one the current folder is in)")
     parser.add_argument("--rev", metavar="REV",
                         help="read this Git revision's objects instead of the files on disk")
     parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
@@ -54,11 +64,23 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="unet", description="Declarative GitOps reconciler for multi-tenant "
                      "cloud networking.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands_ = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    validate = commands_.add_parser("validate", help="check a network repo; every problem at once")
-    _add_repo_arguments(validate)
-    validate.add_argument("--format", choices=("human", "json", "github"), default="human")
+    validate = commands_.add_parser(
+        "validate", help="check a network repo; every problem at once",
+        description="Check the network repo (the one the current folder is in, or PATH). "
+                    "Given manifest files (pre-commit), the whole repo is checked and only "
+                    "problems in those files are reported.")
+    validate.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                          help="the network repo, or manifest files of one")
+    validate.add_argument("--rev", metavar="REV",
+                          help="read this Git revision's objects instead of the files on disk")
+    validate.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
+                          metavar="BYTES", help="largest manifest file accepted (default 1 MiB)")
+    validate.add_argument("--format", choices=(*FORMATS, "human"), default="text",
+                          help="text (human: its old name), json, github (annotations), "
+                               "markdown")
     validate.add_argument("--no-cache", action="store_true",
                           help="do not use or write the result cache under .unet/cache/")
     validate.set_defaults(func=_cmd_validate)
@@ -71,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--head", metavar="REV",
                       help="with --base: the revision to plan (default: the files on disk)")
     plan.add_argument("-o", "--out", type=Path, metavar="FILE", help="save the plan as JSON")
-    plan.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    plan.add_argument("--format", choices=FORMATS, default="text",
+                      help="github: annotations for the diagnostics, the text plan, and the "
+                           "Markdown plan in the job summary")
     plan.add_argument("--detailed-exitcode", action="store_true",
                       help="exit 2 when the plan has changes, 0 when it has none")
     plan.add_argument("--refresh-only", action="store_true",
@@ -82,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(func=_command("plan"))
 
     apply = commands_.add_parser("apply", help="make the backends match the repo")
-    apply.add_argument("target", nargs="?", default=Path("."), type=Path,
-                       help="the network repo (default: .) or a plan saved with plan -o")
+    apply.add_argument("target", nargs="?", default=None, type=Path,
+                       help="the network repo (default: the one the current folder is in) "
+                            "or a plan saved with plan -o")
     apply.add_argument("--rev", metavar="REV", help="apply this Git revision")
     apply.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
                        metavar="BYTES", help=argparse.SUPPRESS)
@@ -110,14 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     show_what = show.add_subparsers(dest="what", required=True, parser_class=_Parser)
     saved = show_what.add_parser("plan", help="render a saved plan")
     saved.add_argument("file", type=Path)
-    saved.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    saved.add_argument("--format", choices=FORMATS, default="text")
     saved.set_defaults(func=_command("show_plan"))
     binding = show_what.add_parser(
         "bindings", help="what each workload needs to bind: addresses, gateway, DNS, routes, "
                          "MTU, segment, the network to attach to on its hosting cluster")
     _add_repo_arguments(binding)
     binding.add_argument("--tenant", metavar="NAME", help="only this tenant's workloads")
-    binding.add_argument("--format", choices=("text", "json"), default="text")
+    binding.add_argument("--format", choices=FORMATS[:2], default="text")
     binding.add_argument("--offline", action="store_true",
                          help="do not read the backends (a pull request's view): allocated "
                               "values are shown as (known after apply)")
@@ -130,12 +155,57 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo_arguments(network_class)
     network_class.set_defaults(func=_cmd_show_network_class)
 
+    nb = commands_.add_parser(
+        "nb", help="run ovn-nbctl against the repo's OVN Northbound (`unet nb -- show`)",
+        description="Run ovn-nbctl against the Northbound database of the repo's OVN "
+                    "NetworkManager: the embedded one, which unet starts when needed, or "
+                    "its configured remote.")
+    nb.add_argument("--path", type=Path, default=None,
+                    help="the network repo (default: the one the current folder is in)")
+    nb.add_argument("--manager", action="append", metavar="NAME",
+                    help="the OVN NetworkManager, when the repo has several")
+    nb.add_argument("nbctl", nargs=argparse.REMAINDER, metavar="-- ARGS",
+                    help="arguments for ovn-nbctl")
+    nb.set_defaults(func=_command("nb"), max_file_size=DEFAULT_MAX_FILE_BYTES)
+
+    completion = commands_.add_parser(
+        "completion", help="print the shell completion script (bash, zsh, fish)",
+        description="bash: eval \"$(unet completion bash)\" in ~/.bashrc; zsh: the same in "
+                    "~/.zshrc; fish: unet completion fish | source in config.fish")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(func=_cmd_completion)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("unet")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def repo_root(start: Path) -> Path:
+    """The network repo a folder is in: the nearest one holding unet.yaml, from `start`
+    upwards (as Git finds its work tree); `start` itself when none does."""
+    here = start.resolve()
+    return next((folder for folder in (here, *here.parents)
+                 if (folder / "unet.yaml").is_file()), start)
+
+
+def _cmd_completion(args: argparse.Namespace) -> int:
+    import argcomplete
+
+    sys.stdout.write(argcomplete.shellcode(["unet"], shell=args.shell))
+    return EXIT_OK
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from .report import (
         display_prefix,
+        folder_sources,
+        markdown_summary,
         render_github,
         render_human,
         render_json,
@@ -143,7 +213,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         use_colour,
     )
 
+    args.path, only = _validate_target(args.paths)
     diagnostics, files, documents = _validated(args)
+    if only is not None:  # pre-commit: the files given, and what concerns the whole repo
+        diagnostics = [d for d in diagnostics if d.file is None or d.file in only]
     summary = summarize(diagnostics, files, documents)
     out = sys.stdout
     if args.format == "json":
@@ -152,10 +225,28 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         base = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd())
         render_github(diagnostics, summary, out, display_prefix(args.path, base),
                       os.environ.get("GITHUB_STEP_SUMMARY"))
+    elif args.format == "markdown":
+        out.write(markdown_summary(diagnostics, summary, display_prefix(args.path)))
     else:
-        render_human(diagnostics, summary, out, display_prefix(args.path),
-                     use_colour(out))
+        render_human(diagnostics, summary, out, display_prefix(args.path), use_colour(out),
+                     None if args.rev else folder_sources(args.path))
     return EXIT_ERROR if summary.errors else EXIT_OK
+
+
+def _validate_target(paths: list[Path]) -> tuple[Path, set[str] | None]:
+    """The repo to validate, and the repo files to report on (None: all of them)."""
+    if not paths:
+        return repo_root(Path.cwd()), None
+    if len(paths) == 1 and not paths[0].is_file():
+        return paths[0], None
+    root = repo_root(paths[0].parent)
+    only = set()
+    for path in paths:
+        try:
+            only.add(path.resolve().relative_to(root.resolve()).as_posix())
+        except ValueError as exc:
+            raise UnetError(f"{path} is not inside the network repo at {root}") from exc
+    return root, only
 
 
 def _validated(args: argparse.Namespace) -> tuple[list[Any], int, int]:
@@ -165,7 +256,7 @@ def _validated(args: argparse.Namespace) -> tuple[list[Any], int, int]:
 
     items = list(repo_files(args.path, args.rev, args.max_file_size))
     cache = None if args.no_cache else ValidationCache(
-        Path(os.environ.get("UNET_CACHE_DIR") or Path.cwd() / ".unet" / "cache"))
+        Path(os.environ.get("UNET_CACHE_DIR") or args.path / ".unet" / "cache"))
     key = inputs_digest(items, args.max_file_size) if cache else ""
     hit = cache.lookup(key) if cache else None
     if hit is not None:
@@ -240,6 +331,14 @@ def _cmd_show_network_class(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def argcomplete_hook(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request, when this run is one (then exit)."""
+    if "_ARGCOMPLETE" in os.environ:
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+
+
 def entry() -> None:
     """The `unet` program: the process's garbage-collector policy (heap.py), then main."""
     heap.switch_off()
@@ -251,7 +350,14 @@ def entry() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argcomplete_hook(parser)
+    args = parser.parse_args(argv)
+    if getattr(args, "no_color", False):
+        os.environ["NO_COLOR"] = "1"
+    for name in ("path", "target"):  # the repo the current folder is in, by default
+        if name in vars(args) and getattr(args, name) is None:
+            setattr(args, name, repo_root(Path.cwd()))
     func: Callable[[argparse.Namespace], int] = args.func
     return _run(func, args)
 

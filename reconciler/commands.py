@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -16,26 +18,46 @@ from .plan import Plan
 from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
 from .plan_render import render_markdown, render_text
 from .progress import Progress
-from .report import display_prefix, render_human, summarize, use_colour
+from .report import (
+    display_prefix,
+    folder_sources,
+    github_annotations,
+    render_human,
+    summarize,
+    use_colour,
+)
 from .validate import ParsedFiles, Validation, revision_info, validate_repo
 
 
 def _print_validation(result: Validation, path: Path) -> None:
     summary = summarize(result.diagnostics, result.files, len(result.documents))
     render_human(result.diagnostics, summary, sys.stdout, display_prefix(path),
-                 use_colour(sys.stdout))
+                 use_colour(sys.stdout), folder_sources(path))
 
 
-def print_plan(document: dict[str, Any], fmt: str) -> None:
-    sys.stdout.write(render_plan(document, fmt))
+def print_plan(document: dict[str, Any], fmt: str, repo: Path | None = None) -> None:
+    sys.stdout.write(render_plan(document, fmt, repo))
 
 
-def render_plan(document: dict[str, Any], fmt: str) -> str:
+def render_plan(document: dict[str, Any], fmt: str, repo: Path | None = None) -> str:
     if fmt == "json":
         return document_text(document)
     if fmt == "markdown":
         return render_markdown(document)
+    if fmt == "github":
+        workspace = Path(os.environ.get("GITHUB_WORKSPACE") or Path.cwd())
+        return _github_plan(document, display_prefix(repo, workspace) if repo else "")
     return render_text(document, use_colour(sys.stdout))
+
+
+def _github_plan(document: dict[str, Any], prefix: str) -> str:
+    """Annotations for the plan's diagnostics, the text plan in the log, and the Markdown
+    plan in the job summary."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as out:
+            out.write(render_markdown(document) + "\n")
+    return github_annotations(document["diagnostics"], prefix) + render_text(document)
 
 
 def _validated_head(path: Path, rev: str | None, max_bytes: int,
@@ -51,9 +73,11 @@ def _validated_head(path: Path, rev: str | None, max_bytes: int,
 # --- plan -----------------------------------------------------------------------------------
 
 
-def _options(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(workdir=Path.cwd(), lock_timeout=args.lock_timeout, only=args.manager,
-                      refresh_only=args.refresh_only, progress=_progress)
+def _options(args: argparse.Namespace, repo: Path) -> RunOptions:
+    """How to run against the backends; local state (the embedded database) lives in the
+    repo's `.unet/`, wherever unet is run from."""
+    return RunOptions(workdir=repo.resolve(), lock_timeout=args.lock_timeout,
+                      only=args.manager, refresh_only=args.refresh_only, progress=_progress)
 
 
 def _progress(manager: str) -> engine.ProgressFactory:
@@ -67,7 +91,8 @@ def plan(args: argparse.Namespace) -> int:
     head = _validated_head(args.path, args.rev, args.max_file_size)
     if head is None:
         return EXIT_ERROR
-    outcome = engine.run(head, {"head": revision_info(args.path, args.rev)}, _options(args))
+    outcome = engine.run(head, {"head": revision_info(args.path, args.rev)},
+                         _options(args, args.path))
     assert outcome.plan is not None
     unmanaged = outcome.unmanaged if args.show_unmanaged else None
     return _finish_plan(outcome.plan, args, unmanaged, outcome.reports)
@@ -102,7 +127,7 @@ def _finish_plan(result: Plan, args: argparse.Namespace,
         args.out.write_text(dumps(result))
     if reports and args.format == "json":
         document["backend_report"] = reports
-    print_plan(document, args.format)
+    print_plan(document, args.format, args.path)
     if reports and args.format != "json":
         _print_reports(reports, markdown=args.format == "markdown")
     if unmanaged is not None and args.format == "text":
@@ -168,7 +193,7 @@ def _apply_repo(args: argparse.Namespace) -> int:
         return _approved(plan, args.auto_approve)
 
     inputs = {"head": revision_info(args.target, args.rev)}
-    return _applied(engine.run(head, inputs, _options(args), gate))
+    return _applied(engine.run(head, inputs, _options(args, args.target), gate))
 
 
 def _apply_saved(args: argparse.Namespace) -> int:
@@ -199,7 +224,7 @@ def _apply_saved(args: argparse.Namespace) -> int:
         _print_reports(reports)
         return _approved(plan, args.auto_approve)
 
-    options = replace(_options(args), only=sorted(document["managers"]),
+    options = replace(_options(args, path), only=sorted(document["managers"]),
                       refresh_only=bool(inputs.get("refresh_only")))
     return _applied(engine.run(head, inputs, options, gate))
 
@@ -280,10 +305,55 @@ def show_bindings(args: argparse.Namespace) -> int:
         print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
         return EXIT_ERROR
     desired = render_desired(head, {}, new_are_unknown=True) if args.offline else \
-        engine.read_desired(head, RunOptions(workdir=Path.cwd(), only=args.manager))
+        engine.read_desired(head, RunOptions(workdir=args.path.resolve(), only=args.manager))
     document = bindings(desired.model, desired.allocations, desired.managers, args.tenant)
     if args.format == "json":
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:
         sys.stdout.write(render_text(document))
     return EXIT_OK
+
+
+# --- nb -------------------------------------------------------------------------------------
+
+
+def nb(args: argparse.Namespace) -> int:
+    """ovn-nbctl against the Northbound of the repo's OVN manager: the embedded database
+    (started for the command when no unet run has it up), or the configured remote."""
+    from contextlib import ExitStack
+
+    from managers.ovn import OvnManager
+    from managers.ovn.embedded import EmbeddedNorthbound
+
+    from .model import Model
+    from .pipeline import managers_of
+
+    head = _validated_head(args.path, None, args.max_file_size)
+    if head is None:
+        return EXIT_ERROR
+    assert head.context is not None
+    managers = {name: m for name, m in managers_of(Model(head.context), args.manager,
+                                                   resolve=True).items()
+                if isinstance(m, OvnManager)}
+    if len(managers) != 1:
+        names = ", ".join(sorted(managers)) or "none"
+        print(f"unet: name the OVN NetworkManager with --manager (the repo has {names})",
+              file=sys.stderr)
+        return EXIT_ERROR
+    config = next(iter(managers.values())).config
+    command = args.nbctl[1:] if args.nbctl[:1] == ["--"] else args.nbctl
+    with ExitStack() as stack:
+        remote = config.northbound
+        ssl = [f"--{flag}={value}" for flag, value in (("private-key", config.ssl_key),
+                                                       ("certificate", config.ssl_cert),
+                                                       ("ca-cert", config.ssl_ca_cert))
+               if value]
+        if remote == "embedded":
+            remote = stack.enter_context(EmbeddedNorthbound(args.path.resolve())).remote
+        try:
+            return subprocess.run(["ovn-nbctl", f"--db={remote}", *ssl, *command],
+                                  check=False).returncode
+        except FileNotFoundError:
+            print("unet: ovn-nbctl is not installed (apt-get install ovn-central)",
+                  file=sys.stderr)
+            return EXIT_ERROR

@@ -10,6 +10,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from .console import painter
+
 PR_COMMENT_LIMIT = 65_535  # GitHub's limit for one comment body
 SYMBOL = {"create": "+", "update": "~", "delete": "-", "replace": "-/+", "no-op": " "}
 VERB = {"create": "will be created", "update": "will be updated in place",
@@ -143,13 +145,14 @@ def render_text(doc: dict[str, Any], colour: bool = False) -> str:
         out.append("")
     drift = [changes[uid] for uid in doc["drift"]]
     if drift:
-        out.append(f"Drift: {len(drift)} backend objects were changed outside unet:")
+        out.append(f"Drift: {_count(len(drift), 'backend object')} changed outside unet:")
         out += ["  " + line for c in drift for line in _change_lines(c)]
         out.append("")
     exposure = exposure_lines(doc)
     if exposure:
         out += ["Exposure (what this plan opens to the outside):"]
-        out += ["  " + paint("create" if e.startswith("+") else "delete", e) for e in exposure]
+        # What opens to the outside is the danger: red; what closes is green.
+        out += ["  " + paint("delete" if e[0] in "+!" else "create", e) for e in exposure]
         out.append("")
     if doc["diagnostics"]:
         out += ["Diagnostics:"] + ["  " + line for line in _diagnostic_lines(doc)] + [""]
@@ -164,13 +167,10 @@ def render_text(doc: dict[str, Any], colour: bool = False) -> str:
 
 
 def _painter(colour: bool) -> Callable[[str, str], str]:
-    codes = {"create": "32", "delete": "31", "replace": "35", "update": "33", "bold": "1",
-             "no-op": "2"}
-
-    def paint(kind: str, text: str) -> str:
-        return f"\033[{codes[kind]}m{text}\033[0m" if colour else text
-
-    return paint
+    styles = {"create": "green", "delete": "red", "replace": "magenta", "update": "yellow",
+              "bold": "bold", "no-op": "dim"}
+    paint = painter(colour)
+    return lambda kind, text: paint(styles[kind], text)
 
 
 # --- Markdown -------------------------------------------------------------------------------
@@ -181,14 +181,15 @@ def render_markdown(doc: dict[str, Any], limit: int = PR_COMMENT_LIMIT, marker: 
     head = _markdown_summary(doc, marker)
     changes = {c["id"]: c for c in doc["backend_changes"]}
     resources = _resources(doc)
-    note = "\n_{n} more changed resources are not shown here (GitHub's size limit); " \
+    note = "\n_{n} not shown here (GitHub's size limit); " \
            "`unet show plan.json` prints the whole plan._\n"
     body = head
     for index, resource in enumerate(resources):  # rendered lazily: most may be cut
         block = _markdown_resource(changes, resource)
         rest = len(resources) - index
-        if len(body) + len(block) + len(note.format(n=rest)) > limit:
-            return body + note.format(n=rest)
+        shown = note.format(n=_count(rest, "more changed resource"))
+        if len(body) + len(block) + len(shown) > limit:
+            return body + shown
         body += block
     return body
 
@@ -209,13 +210,14 @@ def _markdown_summary(doc: dict[str, Any], marker: str) -> str:
               f"| backend rows | {rows['delete']} | {rows['replace']} | {rows['create']} | "
               f"{rows['update']} | {rows['no-op']} |", ""]
     if doc["drift"]:
-        lines += [f"**Drift:** {len(doc['drift'])} backend objects were changed outside unet "
+        lines += [f"**Drift:** {_count(len(doc['drift']), 'backend object')} changed outside unet "
                   "and will be repaired.", ""]
     exposure = exposure_lines(doc)
     if exposure:
         lines += ["#### Exposure", "", "```diff", *exposure[:200], "```", ""]
         if len(exposure) > 200:
-            lines += [f"_{len(exposure) - 200} more exposure lines in the full plan._", ""]
+            lines += [f"_{_count(len(exposure) - 200, 'more exposure line')} in the full plan._",
+                      ""]
     diagnostics = _diagnostic_lines(doc)
     if diagnostics:
         lines += ["#### Diagnostics", "", "```", *diagnostics[:100], "```", ""]

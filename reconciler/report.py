@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from .diagnostics import Diagnostic, Severity
+from .console import painter
+from .diagnostics import Diagnostic
 
 JSON_FORMAT_VERSION = "1.0"
 GITHUB_ANNOTATIONS_PER_SEVERITY = 10  # GitHub shows at most 10 of each per step
@@ -49,48 +50,72 @@ def _display_file(diag: Diagnostic, prefix: str) -> str:
 # --- human ----------------------------------------------------------------------------------
 
 
-class _Style:
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    def __call__(self, text: str, code: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.enabled else text
-
-
 def use_colour(stream: TextIO) -> bool:
-    if os.environ.get("NO_COLOR"):
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    return hasattr(stream, "isatty") and stream.isatty()
+    from .console import colour_enabled
+
+    return colour_enabled(stream)
+
+
+Sources = Callable[[str], "list[str] | None"]  # a repo file → its lines, when readable
+
+
+def folder_sources(root: Path) -> Sources:
+    """The lines of the repo's files on disk, each file read once."""
+    @cache
+    def lines(file: str) -> list[str] | None:
+        try:
+            return (root / file).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return None
+
+    return lines
 
 
 def render_human(diagnostics: Sequence[Diagnostic], summary: Summary, stream: TextIO,
-                 prefix: str = "", colour: bool = False) -> None:
-    style = _Style(colour)
-    by_file: dict[str, list[Diagnostic]] = defaultdict(list)
+                 prefix: str = "", colour: bool = False, sources: Sources | None = None) -> None:
+    """One block per diagnostic: `file:line:col: severity CODE message` (terminals and
+    editors make the location a link), then the source line it is about, as Terraform and
+    compilers show it, then the hint."""
+    paint = painter(colour)
     for diag in sorted(diagnostics, key=Diagnostic.sort_key):
-        by_file[_display_file(diag, prefix)].append(diag)
-    for file, items in by_file.items():
-        stream.write(style(file, "1;4") + "\n")
-        for diag in items:
-            where = f"{diag.line}" if diag.line else "-"
-            severity = style(f"{diag.severity:<7}", "31" if diag.is_error else "33")
-            path = style(f"  {diag.path}", "2") if diag.path else ""
-            stream.write(f"  {where:>5}  {severity} {style(diag.code, '1')}  {diag.message}"
-                         f"{path}\n")
-            if diag.hint:
-                stream.write(f"{'':16}{style('hint:', '36')} {diag.hint}\n")
+        lines = sources(diag.file) if sources is not None and diag.file and diag.line else None
+        text = lines[diag.line - 1] if lines and diag.line and diag.line <= len(lines) else None
+        column = diag.column or (_column_of(text, diag.path) if text is not None else None)
+        where = _display_file(diag, prefix) + (f":{diag.line}" if diag.line else "") + (
+            f":{column}" if diag.line and column else "")
+        severity = paint("bold red" if diag.is_error else "bold yellow", str(diag.severity))
+        path = paint("dim", f"  ({diag.path})") if diag.path else ""
+        stream.write(f"{paint('bold', where)}: {severity} {paint('bold', diag.code)} "
+                     f"{diag.message}{path}\n")
+        if text is not None:
+            number = str(diag.line)
+            stream.write(f"  {paint('dim', number + ' |')} {text}\n")
+            if column:
+                stream.write(f"  {' ' * len(number)} {paint('dim', '|')} {' ' * (column - 1)}"
+                             f"{paint('bold red' if diag.is_error else 'bold yellow', '^')}\n")
+        if diag.hint:
+            stream.write(f"  {paint('cyan', 'hint:')} {diag.hint}\n")
         stream.write("\n")
     checked = f"{_plural(summary.documents, 'manifest')} in {_plural(summary.files, 'file')}"
     if summary.errors:
-        stream.write(style(f"✖ {_plural(summary.errors, 'error')}", "1;31")
+        stream.write(paint("bold red", f"✖ {_plural(summary.errors, 'error')}")
                      + f", {_plural(summary.warnings, 'warning')} ({checked})\n")
     elif summary.warnings:
-        stream.write(style(f"✔ valid with {_plural(summary.warnings, 'warning')}", "1;33")
+        stream.write(paint("bold yellow", f"✔ valid with {_plural(summary.warnings, 'warning')}")
                      + f" ({checked})\n")
     else:
-        stream.write(style("✔ valid", "1;32") + f" ({checked})\n")
+        stream.write(paint("bold green", "✔ valid") + f" ({checked})\n")
+
+
+def _column_of(text: str, pointer: str) -> int:
+    """1-based column of what a JSON pointer names on its line: the key, or the item."""
+    last = pointer.rsplit("/", 1)[-1] if pointer else ""
+    if last and not last.isdigit():
+        found = text.find(f"{last}:")
+        if found >= 0:
+            return found + 1
+    stripped = text.lstrip()
+    return len(text) - len(stripped) + 1
 
 
 # --- JSON -----------------------------------------------------------------------------------
@@ -129,28 +154,38 @@ def render_github(diagnostics: Sequence[Diagnostic], summary: Summary, stream: T
                   prefix: str = "", step_summary: str | None = None) -> None:
     """Workflow commands for the first ten errors and warnings; the rest in the job summary."""
     ordered = sorted(diagnostics, key=Diagnostic.sort_key)
-    shown = {Severity.ERROR: 0, Severity.WARNING: 0}
-    for diag in ordered:
-        if shown[diag.severity] >= GITHUB_ANNOTATIONS_PER_SEVERITY:
-            continue
-        shown[diag.severity] += 1
-        props = [f"file={_escape_property(_display_file(diag, prefix))}"]
-        if diag.line:
-            props.append(f"line={diag.line}")
-        if diag.column:
-            props.append(f"col={diag.column}")
-        props.append(f"title={_escape_property(diag.code)}")
-        message = diag.message + (f" ({diag.path})" if diag.path else "")
-        if diag.hint:
-            message += f"\nhint: {diag.hint}"
-        stream.write(f"::{diag.severity} {','.join(props)}::{_escape_data(message)}\n")
-    hidden = len(ordered) - sum(shown.values())
-    if hidden:
-        stream.write(f"{hidden} more diagnostics are listed in the job summary.\n")
+    stream.write(github_annotations([d.to_json() for d in ordered], prefix))
     render_human(diagnostics, summary, stream, prefix)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as out:
             out.write(markdown_summary(ordered, summary, prefix))
+
+
+def github_annotations(diagnostics: Sequence[dict[str, Any]], prefix: str = "") -> str:
+    """`::error file=…,line=…::message` for the first ten errors and ten warnings (GitHub
+    shows no more per step), and how many more there are."""
+    shown = {"error": 0, "warning": 0}
+    lines = []
+    for diag in diagnostics:
+        severity = str(diag["severity"])
+        if shown[severity] >= GITHUB_ANNOTATIONS_PER_SEVERITY:
+            continue
+        shown[severity] += 1
+        file = prefix + diag["file"] if diag.get("file") else prefix.rstrip("/") or "."
+        props = [f"file={_escape_property(file)}"]
+        if diag.get("line"):
+            props.append(f"line={diag['line']}")
+        if diag.get("column"):
+            props.append(f"col={diag['column']}")
+        props.append(f"title={_escape_property(str(diag['code']))}")
+        message = str(diag["message"]) + (f" ({diag['path']})" if diag.get("path") else "")
+        if diag.get("hint"):
+            message += f"\nhint: {diag['hint']}"
+        lines.append(f"::{severity} {','.join(props)}::{_escape_data(message)}\n")
+    hidden = len(diagnostics) - sum(shown.values())
+    if hidden:
+        lines.append(f"{hidden} more diagnostics are listed in the job summary.\n")
+    return "".join(lines)
 
 
 def markdown_summary(diagnostics: Sequence[Diagnostic], summary: Summary, prefix: str = "") -> str:

@@ -338,5 +338,5 @@ def test_the_job_summary_fits_and_puts_the_run_first(tmp_path: Path) -> None:
         assert len(cut.encode()) <= limit
         assert cut.startswith("### unet reconcile: changes applied\n")
         assert f"| resources | 0 | 0 | {plan['counts']['create']} | 0 |" in cut
-        assert "more changed resources are not shown here" in cut
+        assert "more changed resources not shown here" in cut
         assert cut.count("<details>") == cut.count("</details>") < changed

@@ -247,7 +247,7 @@ def test_contract_drift_is_detected_and_repaired(applied: Env) -> None:
     code, out, _ = applied.plan("--detailed-exitcode")
     assert code == 2
     drift = out[out.index("Drift:"):]
-    assert "Drift: 3 backend objects were changed outside unet" in drift
+    assert "Drift: 3 backend objects changed outside unet" in drift
     assert "~ IPAddressPool unet.acme.web on cluster hosting-a1" in drift
     assert '~ spec.addresses.0: "10.10.1.0/24" → "10.10.1.240/28"' in drift
     assert '~ spec.namespaceSelector.matchLabels.network.osac.io/tenant: "globex" → "acme"' \

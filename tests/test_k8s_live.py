@@ -228,7 +228,7 @@ def test_live_apply_observe_drift_and_replace(live: Live) -> None:
         {"spec": {"addresses": ["10.10.1.0/24"]}}, field_manager="kubectl-edit",
         _content_type="application/merge-patch+json")
     code, out, _ = live.plan("--detailed-exitcode")
-    assert code == 2 and "Drift: 1 backend objects were changed outside unet" in out
+    assert code == 2 and "Drift: 1 backend object changed outside unet" in out
     code, out, err = live.apply()
     assert code == 0, err
     pool = live.objects.get_namespaced_custom_object(

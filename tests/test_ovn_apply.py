@@ -210,7 +210,8 @@ def test_drift_is_reported_and_repaired(lab: OvnLab, repo: Path, tmp_path: Path)
                                       if c["actions"] != ["no-op"]}
     text = plan(tmp_path, repo, "--detailed-exitcode")
     assert text.returncode == 2
-    assert f"Drift: {len(document['drift'])} backend objects were changed outside unet" \
+    drifted = len(document["drift"])
+    assert f"Drift: {drifted} backend object{'s' if drifted > 1 else ''} changed outside unet" \
         in text.stdout
     refresh = plan(tmp_path, repo, "--detailed-exitcode", "--refresh-only")
     assert refresh.returncode == 2
@@ -637,18 +638,18 @@ def test_embedded_database_is_kept_and_its_server_stopped(example_copy: Path,
     work.mkdir()
     try:
         _check_embedded(example_copy, work, tmp_path)
-    finally:  # whatever unet or this test left running under `work`, by pid
-        for pid in _servers_under(work):
+    finally:  # whatever unet or this test left running in the repo's state, by pid
+        for pid in _servers_under(example_copy / ".unet"):
             stop_pid(pid)
 
 
 def _check_embedded(repo: Path, work: Path, tmp_path: Path) -> None:
-    state = work / ".unet" / "ovn"
+    state = repo / ".unet" / "ovn"  # the repo's, wherever unet runs from
     result = apply(work, repo)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Apply complete" in result.stdout
     assert (state / "ovnnb.db").stat().st_size > 10_000
-    assert _servers_under(work) == [], "the server unet started is stopped"
+    assert _servers_under(state) == [], "the server unet started is stopped"
     pidfile = state / "nb.pid"
     if pidfile.exists():
         assert not process_alive(int(pidfile.read_text()))
@@ -656,7 +657,7 @@ def _check_embedded(repo: Path, work: Path, tmp_path: Path) -> None:
 
     # The database stays between runs: nothing to do the second time.
     assert_noop(work, repo)
-    assert _servers_under(work) == []
+    assert _servers_under(state) == []
 
     # A server someone else started at that socket is used, and left running; with its
     # pidfile where unet keeps its own, and elsewhere.
@@ -674,7 +675,7 @@ def _check_embedded(repo: Path, work: Path, tmp_path: Path) -> None:
             assert result.returncode == 0, result.stdout + result.stderr
             assert "Apply complete: 1 created" in result.stdout
             assert process_alive(theirs), "someone else's server was stopped"
-            assert _servers_under(work) == [theirs], "and unet started none of its own"
+            assert _servers_under(state) == [theirs], "and unet started none of its own"
             lsp = f"unet.acme.vm.{instance}.0"
             assert lsp in subprocess.run(["ovn-nbctl", f"--db=unix:{state / 'nb.sock'}",
                                           "show"], capture_output=True, text=True,

@@ -148,7 +148,7 @@ def test_markdown_of_a_huge_plan_fits_a_pr_comment(tmp_path: Path,
     assert out.startswith("### unet plan: base HEAD")
     assert "| resources | 0 | 0 |" in out and "| backend rows | 0 | 0 |" in out
     assert "#### Changes" in out and "<details>" in out
-    assert "more changed resources are not shown here (GitHub's size limit)" in out
+    assert "more changed resources not shown here (GitHub's size limit)" in out
     assert out.count("<details>") == out.count("</details>")
 
 

@@ -283,6 +283,8 @@ def _check_hosted_rules(ctx: Context, hosted: list[tuple[Manifest, str, Any]]) -
                 continue  # the implicit default: every rule can be realised
             for direction in ("ingress", "egress"):
                 for position, rule in enumerate(getattr(group.obj.spec, direction)):
+                    if (rule.port_from is None) != (rule.port_to is None):
+                        continue  # RULE_PORTS_INVALID says it: no second word on it
                     why = plugin.unrealisable(rule)
                     if why is not None:
                         users.setdefault((id(group), direction, position),

@@ -291,7 +291,8 @@ def _log_waiting(text: str) -> None:
 
 
 def _drift_message(count: int) -> str:
-    return (f"{count} backend objects were changed outside unet; reported, not "
+    objects = f"{count} backend object{'' if count == 1 else 's'}"
+    return (f"{objects} changed outside unet; reported, not "
             "repaired (spec.reconcile: report in unet.yaml; set it to repair, or run "
             "`unet apply`, to repair)")
 
