@@ -248,7 +248,10 @@ def _confirmed(auto_approve: bool) -> bool:
     if not sys.stdin.isatty():
         raise ApplyError("refusing to apply without confirmation: input is not a terminal; "
                          "pass --auto-approve (CI) after reviewing the plan")
-    answer = input("\nApply these changes? Only 'yes' is accepted: ")
+    from rich.prompt import Prompt
+
+    print()
+    answer = Prompt.ask("Apply these changes? Only 'yes' is accepted")
     return answer.strip() == "yes"
 
 

@@ -645,7 +645,7 @@ def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) 
     assert code == 0 and "No changes." in out
 
     ovn = OvnManager("ovn", OvnConfig(), "example")
-    with ovn.connect(env.tmp) as session:
+    with ovn.connect(env.repo) as session:
         tags = {o.owner: o.fields["tag_request"] for o in session.observe().objects
                 if o.table == "Logical_Switch_Port" and o.key.endswith("/localnet")
                 and o.owner.startswith("Subnet/")}
@@ -670,7 +670,7 @@ def test_contract_kubernetes_alone_reads_the_segments_ovn_allocated(env: Env) ->
     code, _out, err = env.apply()  # --manager kubernetes only
     assert code == 0, err
     ovn = OvnManager("ovn", OvnConfig(), "example")
-    with ovn.connect(env.tmp) as session:
+    with ovn.connect(env.repo) as session:
         tags = {o.owner: o.fields["tag_request"] for o in session.observe().objects
                 if o.table == "Logical_Switch_Port" and o.key.endswith("/localnet")
                 and o.owner.startswith("Subnet/")}

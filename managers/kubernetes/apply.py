@@ -9,10 +9,11 @@ them and exits 1 after the rest was applied.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+import tenacity
 
 from managers.base import ApplyOutcome, ProgressFactory, each_step
 from reconciler.diff import CREATE, DELETE, NOOP, Change
@@ -111,25 +112,31 @@ def _make_room(session: KubernetesSession, cluster: Cluster, obj: BackendObject)
     metadata = obj.fields["metadata"]
     name, namespace = metadata["name"], metadata.get("namespace")
     wait = session.config.delete_timeout_seconds
-    deadline = time.monotonic() + wait
-    while True:
+
+    def still_deleting() -> dict[str, Any] | None:
+        """Ours, still being deleted (its finalizers hold it); None: the name is free."""
         existing = cluster.get(kind, name, namespace)
         if existing is None:
-            return
+            return None
         whose = classify(existing, session.installation, session.manager)
         if whose is not None:
             raise KubernetesError(f"{kind.kind} {name} on {cluster.label} exists and is "
                                   f"{whose}; unet never overwrites it")
-        if not existing["metadata"].get("deletionTimestamp"):
-            return  # ours already (created since the plan): applying is safe
-        if time.monotonic() > deadline:
-            finalizers = ", ".join(existing["metadata"].get("finalizers") or []) or "none"
-            raise KubernetesError(
-                f"{kind.kind} {name} on {cluster.label} is still being deleted after "
-                f"{wait:g} s (finalizers: "
-                f"{finalizers}); for a ClusterUserDefinedNetwork, pods or VMs in the "
-                "tenant's namespaces still use it — run unet apply again once they are gone")
-        time.sleep(0.2)
+        # ours already (created since the plan) when not being deleted: applying is safe
+        return existing if existing["metadata"].get("deletionTimestamp") else None
+
+    try:
+        tenacity.Retrying(stop=tenacity.stop_after_delay(wait), wait=tenacity.wait_fixed(0.2),
+                          retry=tenacity.retry_if_not_result(lambda left: left is None))(
+            still_deleting)
+    except tenacity.RetryError as exc:
+        existing = exc.last_attempt.result()
+        finalizers = ", ".join(existing["metadata"].get("finalizers") or []) or "none"
+        raise KubernetesError(
+            f"{kind.kind} {name} on {cluster.label} is still being deleted after "
+            f"{wait:g} s (finalizers: {finalizers}); for a ClusterUserDefinedNetwork, pods "
+            "or VMs in the tenant's namespaces still use it — run unet apply again once "
+            "they are gone") from None
 
 
 # --- readiness --------------------------------------------------------------------------------

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import tenacity
+
 from managers.base import WAIT_NOTICE, BackendLocked
 from reconciler.errors import UnetError
 from reconciler.objects import TAG_HASH, BackendObject
@@ -493,6 +495,42 @@ def holder_identity() -> str:
 
 
 @dataclass
+class _Holding:
+    """Who holds a Lease, as last read, and since when it has not changed."""
+
+    record: tuple[Any, ...] | None = None
+    since: float = field(default_factory=time.monotonic)
+
+    @property
+    def holder(self) -> Any:
+        return self.record[0] if self.record else None
+
+    @property
+    def renewed(self) -> Any:
+        return self.record[1] if self.record else None
+
+    def see(self, record: tuple[Any, ...]) -> None:
+        if record != self.record:
+            self.record, self.since = record, time.monotonic()
+
+    def unchanged_for(self) -> float:
+        return time.monotonic() - self.since
+
+
+class _Notice:
+    """Says what a wait is for at once, then every WAIT_NOTICE seconds."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.next = 0.0
+
+    def __call__(self, text: str) -> None:
+        if time.monotonic() >= self.next:
+            self.say(text)
+            self.next = time.monotonic() + WAIT_NOTICE
+
+
+@dataclass
 class Lease:
     """The Lease `unet-<installation>` on one cluster, held for one run."""
 
@@ -522,39 +560,38 @@ class Lease:
                 waiting: Callable[[str], None] = lambda _text: None) -> None:
         """Take the Lease, waiting up to `timeout` for its holder (told to `waiting` at once
         and every WAIT_NOTICE seconds)."""
-        deadline = time.monotonic() + timeout
-        seen: tuple[Any, ...] | None = None
-        seen_at = time.monotonic()
-        notice = time.monotonic()
-        while True:
-            lease = self._call("get", lambda: self.cluster.get(LEASE, self.name,
-                                                              self.namespace))
-            if lease is None:
-                if self._create():
-                    return
-                continue
-            spec = lease.get("spec") or {}
-            holder = spec.get("holderIdentity")
-            record = (holder, spec.get("renewTime"), lease["metadata"].get("resourceVersion"))
-            if record != seen:
-                seen, seen_at = record, time.monotonic()
-            duration = float(spec.get("leaseDurationSeconds") or self.duration)
-            expired = time.monotonic() - seen_at > duration or _stale(holder, spec, duration)
-            if not holder or holder == self.identity or expired:
-                if self._take(lease, reentrant=holder == self.identity):
-                    return
-                continue
-            if time.monotonic() >= deadline:
-                raise LockTimeout(
-                    f"another unet run holds the Lease {self.namespace}/{self.name} on "
-                    f"{self.cluster.label}: {holder} (renewed {spec.get('renewTime')}); "
-                    f"waited {timeout:g} s — try again later or raise --lock-timeout")
-            if time.monotonic() >= notice:
-                waiting(f"waiting for the Lease {self.namespace}/{self.name} on "
-                        f"{self.cluster.label} held by {holder} (renewed "
-                        f"{spec.get('renewTime')}; up to {timeout:g} s)")
-                notice = time.monotonic() + WAIT_NOTICE
-            sleep(min(0.25, max(0.01, deadline - time.monotonic())))
+        holding = _Holding()
+        notice = _Notice(waiting)
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_delay(timeout), sleep=sleep,
+            wait=tenacity.wait_fixed(0.25), retry=tenacity.retry_if_result(lambda taken: not taken),
+            before_sleep=lambda _state: notice(
+                f"waiting for the Lease {self.namespace}/{self.name} on {self.cluster.label} "
+                f"held by {holding.holder} (renewed {holding.renewed}; up to {timeout:g} s)")
+            if holding.holder else None)
+        try:
+            retrying(self._try_take, holding)
+        except tenacity.RetryError:
+            raise LockTimeout(
+                f"another unet run holds the Lease {self.namespace}/{self.name} on "
+                f"{self.cluster.label}: {holding.holder} (renewed {holding.renewed}); "
+                f"waited {timeout:g} s — try again later or raise --lock-timeout") from None
+
+    def _try_take(self, holding: _Holding) -> bool:
+        """One attempt: the Lease is ours now (created, free, expired or ours already), or
+        `holding` says who has it. A Lease that stops being renewed expires after its
+        duration as this process sees it, whatever the holder's clock says."""
+        lease = self._call("get", lambda: self.cluster.get(LEASE, self.name, self.namespace))
+        if lease is None:
+            return self._create()
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        holding.see((holder, spec.get("renewTime"), lease["metadata"].get("resourceVersion")))
+        duration = float(spec.get("leaseDurationSeconds") or self.duration)
+        expired = holding.unchanged_for() > duration or _stale(holder, spec, duration)
+        if not holder or holder == self.identity or expired:
+            return self._take(lease, reentrant=holder == self.identity)
+        return False
 
     def _create(self) -> bool:
         stamp = now_micro()

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import tenacity
+
 from managers.base import BackendLocked
 from reconciler.errors import UnetError
 
@@ -199,23 +201,26 @@ class Fence:
         cannot be had within the lock timeout.
         """
         deadline = time.monotonic() + self.lock_timeout
-        while True:
+
+        def relock() -> dict[str, str]:
             self.close()
-            try:
-                if not self.rpc.lock(self.name, max(0.0, deadline - time.monotonic())):
-                    raise LockTimeout(f"lost the lock {self.name} and could not take it again "
-                                      f"within {self.lock_timeout:g} s; nothing more was "
-                                      "written")
-                self.row, tags = self.tags()
-                break
-            except (ConnectionLost, OvnError) as exc:
-                if isinstance(exc, LockTimeout):
-                    raise
-                if time.monotonic() > deadline:
-                    raise OvnError(f"lost the connection to the Northbound database and could "
-                                   f"not get it back within {self.lock_timeout:g} s ({exc}); "
-                                   "nothing more was written") from exc
-                time.sleep(0.2)  # the server may be restarting
+            if not self.rpc.lock(self.name, max(0.0, deadline - time.monotonic())):
+                raise LockTimeout(f"lost the lock {self.name} and could not take it again "
+                                  f"within {self.lock_timeout:g} s; nothing more was written")
+            self.row, tags = self.tags()
+            return tags
+
+        try:  # the server may be restarting: again every 0.2 s, up to the lock timeout
+            tags = tenacity.Retrying(
+                stop=tenacity.stop_after_delay(self.lock_timeout),
+                wait=tenacity.wait_fixed(0.2),
+                retry=tenacity.retry_if_exception_type((ConnectionLost, OvnError))
+                & tenacity.retry_if_not_exception_type(LockTimeout))(relock)
+        except tenacity.RetryError as exc:
+            cause = exc.last_attempt.exception()
+            raise OvnError(f"lost the connection to the Northbound database and could not "
+                           f"get it back within {self.lock_timeout:g} s ({cause}); nothing "
+                           "more was written") from cause
         now = tags.get(GENERATION_TAG + self.installation)
         if now is not None and now == self.pending:
             self.generation, self.pending = now, None
