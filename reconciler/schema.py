@@ -1,9 +1,10 @@
 """Stage `schema`: structural validation of documents, then typed models.
 
 The JSON Schemas are generated from the pydantic models and committed under
-`schemas/`; validation reads those files. A compiled validator (fastjsonschema)
-accepts the common, valid document quickly; a document it rejects is run
-through jsonschema to collect every error with its path.
+`schemas/` (an installed unet ships them as `reconciler/schemas/`); validation
+reads those files. A compiled validator (fastjsonschema) accepts the common,
+valid document quickly; a document it rejects is run through jsonschema to
+collect every error with its path.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .diagnostics import Diagnostic, json_pointer
 from .load import Document
 from .models import API_VERSION, DNS_LABEL, KINDS
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+_PACKAGE = Path(__file__).resolve().parent
 SCHEMA_ID_BASE = "https://unet.dev/schemas/v1alpha1/"
 COMBINED_SCHEMA = "unet.schema.json"
 
@@ -54,6 +55,21 @@ class _ManifestSchema(GenerateJsonSchema):
 
 def schema_file_name(kind: str) -> str:
     return f"{kind}.schema.json"
+
+
+def source_schema_dir() -> Path | None:
+    """`schemas/` of the source tree unet runs from; None when it runs installed."""
+    root = _PACKAGE.parent
+    if (root / "pyproject.toml").is_file() and (root / "schemas").is_dir():
+        return root / "schemas"
+    return None
+
+
+def schema_dir() -> Path:
+    """The folder of the schemas this unet validates with: the ones a wheel ships
+    (`reconciler/schemas/`), else the source tree's `schemas/`."""
+    shipped = _PACKAGE / "schemas"
+    return shipped if shipped.is_dir() else source_schema_dir() or shipped
 
 
 def generate_schemas() -> dict[str, dict[str, Any]]:
@@ -96,9 +112,10 @@ def render_schema_file(schema: dict[str, Any]) -> str:
 @cache
 def kind_schemas() -> dict[str, dict[str, Any]]:
     """The committed schema of every kind (generated ones when the files are not there)."""
-    if SCHEMA_DIR.is_dir():
+    folder = schema_dir()
+    if folder.is_dir():
         return {
-            kind: json.loads((SCHEMA_DIR / schema_file_name(kind)).read_text())
+            kind: json.loads((folder / schema_file_name(kind)).read_text())
             for kind in KINDS
         }
     generated = generate_schemas()
