@@ -104,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="folder to write (default: schemas/ of the unet source tree, when "
                            "unet runs from one)")
     what.add_argument("--print", action="store_true",
-                      help="print the combined schema for editors (unet.schema.json) "
-                           "instead of writing files")
+                      help="print the combined schema for editors (unet.schema.json; "
+                           "self-contained) instead of writing files")
     what.add_argument("--path", action="store_true",
                       help="print the folder of the schemas this unet validates with")
     schema.add_argument("--check", action="store_true",

@@ -5,6 +5,11 @@ The JSON Schemas are generated from the pydantic models and committed under
 reads those files. A compiled validator (fastjsonschema) accepts the common,
 valid document quickly; a document it rejects is run through jsonschema to
 collect every error with its path.
+
+There are two forms. The per-kind files are what validation checks shapes with.
+The combined `unet.schema.json` is for editors: self-contained, and stricter by
+the models' `editor_only` keywords, rules whose specific codes and hints the
+semantic stage reports for `unet validate`.
 """
 
 from __future__ import annotations
@@ -20,12 +25,12 @@ from typing import Any
 import fastjsonschema
 import jsonschema
 import pydantic
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_json_schema
 from pydantic_core import core_schema
 
 from .diagnostics import Diagnostic, json_pointer
 from .load import Document
-from .models import API_VERSION, DNS_LABEL, KINDS
+from .models import API_VERSION, DNS_LABEL, EDITOR_ONLY, KINDS
 
 _PACKAGE = Path(__file__).resolve().parent
 SCHEMA_ID_BASE = "https://unet.dev/schemas/v1alpha1/"
@@ -81,9 +86,19 @@ def generate_schemas() -> dict[str, dict[str, Any]]:
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": SCHEMA_ID_BASE + schema_file_name(kind),
             "title": kind,
-            **schema,
+            **_editor_form(schema, editor=False),
         }
-    files[COMBINED_SCHEMA] = {
+    files[COMBINED_SCHEMA] = _combined_schema()
+    return files
+
+
+def _combined_schema() -> dict[str, Any]:
+    """Every kind in one file, under `$defs`, so that an editor needs nothing else; with
+    the editor-only keywords."""
+    refs, top = models_json_schema([(model, "validation") for model in KINDS.values()],
+                                   schema_generator=_ManifestSchema)
+    ref_of = {kind: refs[(model, "validation")] for kind, model in KINDS.items()}
+    return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID_BASE + COMBINED_SCHEMA,
         "title": "unet manifest",
@@ -97,12 +112,26 @@ def generate_schemas() -> dict[str, dict[str, Any]]:
         "allOf": [
             {
                 "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
-                "then": {"$ref": schema_file_name(kind)},
+                "then": ref_of[kind],
             }
             for kind in sorted(KINDS)
         ],
+        "$defs": _editor_form(top["$defs"], editor=True),
     }
-    return files
+
+
+def _editor_form(value: Any, editor: bool) -> Any:
+    """`value` without its editor-only keywords, or (`editor`) with them merged in."""
+    if isinstance(value, list):
+        return [_editor_form(item, editor) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: _editor_form(item, editor) for key, item in value.items() if key != EDITOR_ONLY}
+    extra = value.get(EDITOR_ONLY, {}) if editor else {}
+    if set(extra) & set(out):
+        raise ValueError(f"editor-only keywords {sorted(set(extra) & set(out))} are set "
+                         "already")
+    return {**out, **extra}
 
 
 def render_schema_file(schema: dict[str, Any]) -> str:
