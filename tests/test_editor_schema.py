@@ -106,16 +106,23 @@ def test_the_editor_schema_accepts_every_manifest_of_the_example_repo(
     assert problems == []
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_the_editor_flags_it_and_validate_keeps_its_code(
-        case: str, tmp_path: Path, editor: jsonschema.Draft202012Validator) -> None:
-    folder, file, replacements, code = CASES[case]
-    repo = tmp_path / folder
-    shutil.copytree(BROKEN / folder, repo)
-    text = (repo / file).read_text()
+def changed_file(case: str) -> tuple[str, str]:
+    """The file a case changes, and its text after the change."""
+    folder, file, replacements, _code = CASES[case]
+    text = (BROKEN / folder / file).read_text()
     for old, new in replacements:
         assert old in text, f"{folder}/{file} no longer holds {old!r}"
         text = text.replace(old, new, 1)
+    return file, text
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_editor_flags_it_and_validate_keeps_its_code(
+        case: str, tmp_path: Path, editor: jsonschema.Draft202012Validator) -> None:
+    folder, _file, _replacements, code = CASES[case]
+    repo = tmp_path / folder
+    shutil.copytree(BROKEN / folder, repo)
+    file, text = changed_file(case)
     (repo / file).write_text(text)
     diagnostics = validate_repo(repo).diagnostics
     assert {d.code for d in diagnostics} == {code}, [(d.code, d.message) for d in diagnostics]
