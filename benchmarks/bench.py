@@ -667,14 +667,23 @@ def split_repo(fx: Fixture) -> tuple[Path, list[str]]:
 
 
 def bundled_schema(target: Path) -> Path:
-    """schemas/unet.schema.json with every kind's schema embedded under its own $id, so a
-    validator resolves the `$ref`s without the network; the same schemas unet checks."""
+    """The per-kind schemas unet checks shapes with (not the editors' unet.schema.json,
+    which adds rules unet reports from its semantic stage), each embedded under its own
+    $id behind a switch on the kind, so a validator resolves the `$ref`s without the
+    network."""
     folder = Path(__file__).resolve().parent.parent / "schemas"
-    top = json.loads((folder / "unet.schema.json").read_text())
-    defs = top.setdefault("$defs", {})
-    for path in sorted(folder.glob("*.schema.json")):
-        if path.name != "unet.schema.json":
-            defs[f"bundled:{path.name}"] = json.loads(path.read_text())
+    kinds = [json.loads(path.read_text()) for path in sorted(folder.glob("*.schema.json"))
+             if path.name != "unet.schema.json"]
+    top = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "required": ["apiVersion", "kind"],
+        "properties": {"kind": {"enum": [schema["title"] for schema in kinds]}},
+        "allOf": [{"if": {"properties": {"kind": {"const": schema["title"]}},
+                          "required": ["kind"]},
+                   "then": {"$ref": schema["$id"]}} for schema in kinds],
+        "$defs": {f"bundled:{schema['title']}": schema for schema in kinds},
+    }
     target.write_text(json.dumps(top))
     return target
 

@@ -120,11 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
     apply.set_defaults(func=_command("apply"))
     reconcile.add_parser(commands_)
 
-    schema = commands_.add_parser("schema", help="write the JSON Schemas of every kind")
-    schema.add_argument("--out", type=Path, default=None,
-                        help="folder to write (default: schemas/ of the unet source tree)")
+    schema = commands_.add_parser(
+        "schema", help="write, print or locate the JSON Schemas of every kind",
+        description="Write the JSON Schemas of every kind. From unet's source tree they go "
+                    "to its schemas/; an installed unet writes only where --out says.")
+    what = schema.add_mutually_exclusive_group()
+    what.add_argument("--out", type=Path, default=None, metavar="DIR",
+                      help="folder to write (default: schemas/ of the unet source tree, when "
+                           "unet runs from one)")
+    what.add_argument("--print", action="store_true",
+                      help="print the combined schema for editors (unet.schema.json; "
+                           "self-contained) instead of writing files")
+    what.add_argument("--path", action="store_true",
+                      help="print the folder of the schemas this unet validates with")
     schema.add_argument("--check", action="store_true",
-                        help="only compare; exit 1 when the files differ from the models")
+                        help="only compare (with --out DIR, or the schemas this unet "
+                             "validates with); exit 1 when the files differ from the models")
     schema.set_defaults(func=_cmd_schema)
 
     codes = commands_.add_parser("codes", help="list the diagnostic codes")
@@ -268,26 +279,54 @@ def _validated(args: argparse.Namespace) -> tuple[list[Any], int, int]:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from .schema import SCHEMA_DIR, generate_schemas, render_schema_file
+    from .schema import (
+        COMBINED_SCHEMA,
+        generate_schemas,
+        render_schema_file,
+        schema_dir,
+        source_schema_dir,
+    )
 
-    out_dir: Path = args.out or SCHEMA_DIR
+    if args.check and (args.print or args.path):
+        raise UnetError("--check compares files: give it alone, or with --out DIR")
+    if args.path:
+        return _print_schema_dir(schema_dir())
     files = {name: render_schema_file(schema) for name, schema in generate_schemas().items()}
-    if args.check:
-        stale = [name for name, text in files.items()
-                 if not (out_dir / name).is_file() or (out_dir / name).read_text() != text]
-        extra = sorted(p.name for p in out_dir.glob("*.json") if p.name not in files) \
-            if out_dir.is_dir() else []
-        for name in stale + extra:
-            print(f"{out_dir / name}: differs from the models", file=sys.stderr)
-        if stale or extra:
-            print("run `unet schema` and commit the result", file=sys.stderr)
-            return EXIT_ERROR
-        print(f"{len(files)} schemas up to date in {out_dir}")
+    if args.print:
+        sys.stdout.write(files[COMBINED_SCHEMA])
         return EXIT_OK
+    if args.check:
+        return _check_schemas(files, args.out or schema_dir())
+    out_dir = args.out or source_schema_dir()
+    if out_dir is None:
+        raise UnetError(f"this unet is installed, not run from its source tree, and its "
+                        f"schemas ({schema_dir()}) are part of the installation: give "
+                        f"--out DIR to write them elsewhere, or --print for the combined one")
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out_dir / name).write_text(text)
     print(f"wrote {len(files)} schemas to {out_dir}")
+    return EXIT_OK
+
+
+def _print_schema_dir(folder: Path) -> int:
+    if not folder.is_dir():
+        raise UnetError(f"unet's schemas are missing (looked in {folder}): reinstall unet")
+    print(folder)
+    return EXIT_OK
+
+
+def _check_schemas(files: dict[str, str], out_dir: Path) -> int:
+    stale = [name for name, text in files.items()
+             if not (out_dir / name).is_file() or (out_dir / name).read_text() != text]
+    extra = sorted(p.name for p in out_dir.glob("*.json") if p.name not in files) \
+        if out_dir.is_dir() else []
+    for name in stale + extra:
+        print(f"{out_dir / name}: differs from the models", file=sys.stderr)
+    if stale or extra:
+        print("run `unet schema` and commit the result", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"{len(files)} schemas up to date in {out_dir}")
     return EXIT_OK
 
 

@@ -3,7 +3,8 @@
 The JSON Schemas under `schemas/` are generated from these models (`unet schema`).
 Value rules that have a diagnostic code of their own (port ranges, MTU bounds,
 CIDR syntax, ...) are checked by the semantic stage, not by the schema, so that
-users get the specific code and hint.
+users get the specific code and hint. Those that JSON Schema can express are
+declared `editor_only` as well: editors flag them from the combined schema.
 """
 
 from __future__ import annotations
@@ -36,6 +37,32 @@ class Capability(StrEnum):
 
 
 ADDRESS_FAMILIES = frozenset({Capability.IPV4, Capability.IPV6})
+
+
+#: Key of JSON Schema keywords for editors only. `unet schema` merges them into the
+#: combined schema editors read (unet.schema.json) and leaves them out of the per-kind
+#: schemas `unet validate` checks shapes with: the rules they mirror have codes and hints
+#: of their own (RULE_PORTS_INVALID, MTU_INVALID, ...), reported by the semantic stage.
+EDITOR_ONLY = "x-unet-editor"
+
+
+def editor_only(**keywords: Any) -> dict[str, Any]:
+    """`json_schema_extra` of a field or model: JSON Schema keywords for editors only."""
+    return {EDITOR_ONLY: keywords}
+
+
+def _each_required(*fields: str) -> list[dict[str, Any]]:
+    """One `required` per field: under oneOf, exactly one of them; under anyOf, any."""
+    return [{"required": [field]} for field in fields]
+
+
+def _forbidden_unless(field: str, values: list[str], *forbidden: str) -> dict[str, Any]:
+    """`forbidden` fields only where `field` is one of `values`."""
+    return {"if": {"properties": {field: {"not": {"enum": values}}}, "required": [field]},
+            "then": {"properties": dict.fromkeys(forbidden, False)}}
+
+
+_EITHER_FAMILY = _each_required("ipv4Cidr", "ipv6Cidr")  # under anyOf: one family or both
 
 
 class _Model(BaseModel):
@@ -220,6 +247,8 @@ class HostType(_ProviderResource):
 
 
 class VirtualNetworkSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=editor_only(anyOf=_EITHER_FAMILY))
+
     region: Name
     network_class: Name | None = Field(default=None, description="Default: the region's default")
     ipv4_cidr: Cidr | None = None
@@ -253,13 +282,19 @@ class SegmentAddressing(_Model):
     """How one L2 segment hands out addresses and what its DHCP offers: a Subnet's, and a
     ProviderNetwork's."""
 
+    model_config = ConfigDict(json_schema_extra=editor_only(
+        anyOf=_EITHER_FAMILY,
+        # IPv6 needs an MTU of at least 1280 (RFC 8200)
+        allOf=[{"if": {"required": ["ipv6Cidr"]},
+                "then": {"properties": {"mtu": {"minimum": 1280}}}}]))
+
     ipv4_cidr: Cidr | None = None
     ipv6_cidr: Cidr | None = None
     allocation_ranges: list[AddressRange] | None = None
     exclude_addresses: list[Address] = Field(default_factory=list)
     dns_servers: list[Address] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
-    mtu: int = 1500
+    mtu: int = Field(1500, json_schema_extra=editor_only(minimum=68, maximum=9000))
     dhcp: bool = True
     lease_time: int = Field(43200, ge=60, le=4294967295, description="DHCPv4 lease, seconds")
     domain_name: str | None = Field(
@@ -308,14 +343,26 @@ class ProviderNetwork(_ProviderResource):
     spec: ProviderNetworkSpec
 
 
+_PORT = editor_only(minimum=1, maximum=65535)
+_ICMP = editor_only(minimum=0, maximum=255)
+
+
 class Rule(_Model):
+    model_config = ConfigDict(json_schema_extra=editor_only(
+        oneOf=_each_required("cidr", "securityGroup"),
+        dependentRequired={"portFrom": ["portTo"], "portTo": ["portFrom"],
+                           "icmpCode": ["icmpType"]},
+        allOf=[_forbidden_unless("protocol", ["tcp", "udp"], "portFrom", "portTo"),
+               _forbidden_unless("protocol", ["icmp", "icmpv6"], "icmpType", "icmpCode")]))
+
     protocol: Literal["tcp", "udp", "icmp", "icmpv6", "all"] = Field(
         description="icmp: ICMPv4 when icmpType is given, else ICMP of both families; "
                     "icmpv6: ICMPv6 only (its types)")
-    port_from: int | None = None
-    port_to: int | None = None
-    icmp_type: int | None = Field(default=None, description="Of the rule's ICMP family")
-    icmp_code: int | None = None
+    port_from: int | None = Field(default=None, json_schema_extra=_PORT)
+    port_to: int | None = Field(default=None, json_schema_extra=_PORT)
+    icmp_type: int | None = Field(default=None, description="Of the rule's ICMP family",
+                                  json_schema_extra=_ICMP)
+    icmp_code: int | None = Field(default=None, json_schema_extra=_ICMP)
     cidr: Cidr | None = Field(default=None, description="Source (ingress) or destination (egress)")
     security_group: Name | None = Field(
         default=None, description="The ports that use this group of the same VirtualNetwork"
@@ -346,6 +393,11 @@ class ExternalIP(_TenantResource):
 
 
 class AttachmentTarget(_Model):
+    model_config = ConfigDict(json_schema_extra=editor_only(
+        **{"if": {"properties": {"kind": {"const": "Cluster"}}, "required": ["kind"]},
+           "then": {"required": ["endpoint"]},
+           "else": {"properties": {"endpoint": False}}}))
+
     kind: Literal["ComputeInstance", "Cluster", "BaremetalInstance"]
     name: Name
     endpoint: Literal["api", "ingress"] | None = Field(
@@ -391,6 +443,9 @@ MacAddress = Annotated[str, Field(pattern=r"^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$
 
 
 class NetworkAttachment(_Model):
+    model_config = ConfigDict(json_schema_extra=editor_only(
+        oneOf=_each_required("subnet", "providerNetwork")))
+
     subnet: Name | None = Field(default=None, description="A Subnet of the tenant; "
                                 "exactly one of subnet and providerNetwork")
     provider_network: Name | None = Field(

@@ -1,9 +1,15 @@
 """Stage `schema`: structural validation of documents, then typed models.
 
 The JSON Schemas are generated from the pydantic models and committed under
-`schemas/`; validation reads those files. A compiled validator (fastjsonschema)
-accepts the common, valid document quickly; a document it rejects is run
-through jsonschema to collect every error with its path.
+`schemas/` (an installed unet ships them as `reconciler/schemas/`); validation
+reads those files. A compiled validator (fastjsonschema) accepts the common,
+valid document quickly; a document it rejects is run through jsonschema to
+collect every error with its path.
+
+There are two forms. The per-kind files are what validation checks shapes with.
+The combined `unet.schema.json` is for editors: self-contained, and stricter by
+the models' `editor_only` keywords, rules whose specific codes and hints the
+semantic stage reports for `unet validate`.
 """
 
 from __future__ import annotations
@@ -19,14 +25,14 @@ from typing import Any
 import fastjsonschema
 import jsonschema
 import pydantic
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_json_schema
 from pydantic_core import core_schema
 
 from .diagnostics import Diagnostic, json_pointer
 from .load import Document
-from .models import API_VERSION, DNS_LABEL, KINDS
+from .models import API_VERSION, DNS_LABEL, EDITOR_ONLY, KINDS
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+_PACKAGE = Path(__file__).resolve().parent
 SCHEMA_ID_BASE = "https://unet.dev/schemas/v1alpha1/"
 COMBINED_SCHEMA = "unet.schema.json"
 
@@ -56,6 +62,21 @@ def schema_file_name(kind: str) -> str:
     return f"{kind}.schema.json"
 
 
+def source_schema_dir() -> Path | None:
+    """`schemas/` of the source tree unet runs from; None when it runs installed."""
+    root = _PACKAGE.parent
+    if (root / "pyproject.toml").is_file() and (root / "schemas").is_dir():
+        return root / "schemas"
+    return None
+
+
+def schema_dir() -> Path:
+    """The folder of the schemas this unet validates with: the ones a wheel ships
+    (`reconciler/schemas/`), else the source tree's `schemas/`."""
+    shipped = _PACKAGE / "schemas"
+    return shipped if shipped.is_dir() else source_schema_dir() or shipped
+
+
 def generate_schemas() -> dict[str, dict[str, Any]]:
     """File name → JSON Schema, for every kind plus the combined editor schema."""
     files: dict[str, dict[str, Any]] = {}
@@ -65,9 +86,19 @@ def generate_schemas() -> dict[str, dict[str, Any]]:
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": SCHEMA_ID_BASE + schema_file_name(kind),
             "title": kind,
-            **schema,
+            **_editor_form(schema, editor=False),
         }
-    files[COMBINED_SCHEMA] = {
+    files[COMBINED_SCHEMA] = _combined_schema()
+    return files
+
+
+def _combined_schema() -> dict[str, Any]:
+    """Every kind in one file, under `$defs`, so that an editor needs nothing else; with
+    the editor-only keywords."""
+    refs, top = models_json_schema([(model, "validation") for model in KINDS.values()],
+                                   schema_generator=_ManifestSchema)
+    ref_of = {kind: refs[(model, "validation")] for kind, model in KINDS.items()}
+    return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID_BASE + COMBINED_SCHEMA,
         "title": "unet manifest",
@@ -81,12 +112,26 @@ def generate_schemas() -> dict[str, dict[str, Any]]:
         "allOf": [
             {
                 "if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]},
-                "then": {"$ref": schema_file_name(kind)},
+                "then": ref_of[kind],
             }
             for kind in sorted(KINDS)
         ],
+        "$defs": _editor_form(top["$defs"], editor=True),
     }
-    return files
+
+
+def _editor_form(value: Any, editor: bool) -> Any:
+    """`value` without its editor-only keywords, or (`editor`) with them merged in."""
+    if isinstance(value, list):
+        return [_editor_form(item, editor) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: _editor_form(item, editor) for key, item in value.items() if key != EDITOR_ONLY}
+    extra = value.get(EDITOR_ONLY, {}) if editor else {}
+    if set(extra) & set(out):
+        raise ValueError(f"editor-only keywords {sorted(set(extra) & set(out))} are set "
+                         "already")
+    return {**out, **extra}
 
 
 def render_schema_file(schema: dict[str, Any]) -> str:
@@ -96,9 +141,10 @@ def render_schema_file(schema: dict[str, Any]) -> str:
 @cache
 def kind_schemas() -> dict[str, dict[str, Any]]:
     """The committed schema of every kind (generated ones when the files are not there)."""
-    if SCHEMA_DIR.is_dir():
+    folder = schema_dir()
+    if folder.is_dir():
         return {
-            kind: json.loads((SCHEMA_DIR / schema_file_name(kind)).read_text())
+            kind: json.loads((folder / schema_file_name(kind)).read_text())
             for kind in KINDS
         }
     generated = generate_schemas()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reconciler.cli import main
 from reconciler.diagnostics import codes_markdown
 
@@ -14,3 +16,13 @@ def test_committed_schemas_match_the_models() -> None:
 
 def test_codes_page_matches_the_catalogue() -> None:
     assert (ROOT / "docs" / "codes.md").read_text() == codes_markdown(), "run `make docs`"
+
+
+def test_schema_from_the_source_tree_reads_and_prints_its_schemas(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", "--path"]) == 0
+    assert capsys.readouterr().out == f"{ROOT / 'schemas'}\n"
+    assert main(["schema", "--print"]) == 0
+    assert capsys.readouterr().out == (ROOT / "schemas" / "unet.schema.json").read_text()
+    assert main(["schema", "--check", "--print"]) == 1
+    assert "--check compares files" in capsys.readouterr().err
