@@ -491,12 +491,15 @@ def test_merge_applies_and_the_schedule_reports_or_repairs_drift(tmp_path: Path,
     n = Counter()
 
     def workflow(name: str, sha: str, **kwargs: object) -> WorkflowRun:
-        """A push's run of `name`, checking out from origin as the workflow says."""
+        """A push's run of `name` (a schedule's for the reconcile: its event names no
+        repository), checking out from origin as the workflow says."""
         i = n()
         tree = tmp_path / f"tree-{i}"
         tree.mkdir()
         github = {"event_name": "push", "sha": sha, "ref_name": "main",
                   "event": {"repository": {"default_branch": "main"}}}
+        if name == "unet-reconcile.yml":
+            github.update(event_name="schedule", event={"schedule": "23 * * * *"})
         run = run_workflow(name, tree, tmp_path / f"run-{i}", github=github, origin=origin,
                            **kwargs)  # type: ignore[arg-type]
         if run.conclusion != "skipped":
@@ -578,6 +581,34 @@ def test_merge_applies_and_the_schedule_reports_or_repairs_drift(tmp_path: Path,
     assert any("drift repaired" in a for a in run.annotations("warning"))
     assert "### unet reconcile: changes applied" in run.summary
     assert not edited(backend)
+
+
+def test_a_reconcile_never_cancels_a_pending_apply() -> None:
+    """By default a concurrency group keeps one pending run, which a newer one cancels: an
+    hourly reconcile queued behind a running apply would cancel the apply waiting for its
+    turn. Applies and reconciles share one group (they never run at once) that queues every
+    run in order (`queue: max`) and cancels none."""
+    groups = set()
+    for name in ("unet-apply.yml", "unet-reconcile.yml"):
+        workflow = yaml.safe_load((WORKFLOWS / name).read_text())
+        assert workflow["concurrency"]["cancel-in-progress"] is False
+        assert workflow["concurrency"]["queue"] == "max"
+        assert not any("concurrency" in job for job in workflow["jobs"].values())
+        groups.add(workflow["concurrency"]["group"])
+    assert len(groups) == 1
+
+
+def test_only_the_default_branch_is_applied(tmp_path: Path) -> None:
+    """The workflows name the default branch by the event's repository, never as `main`
+    (but for the push trigger's filter, which cannot be an expression)."""
+    for path in WORKFLOWS.glob("*.yml"):
+        for line in path.read_text().splitlines():
+            if re.search(r"\bmain\b", line):
+                assert line.strip().startswith("branches: [main]"), (path.name, line)
+    dispatched = {"event_name": "workflow_dispatch", "sha": "0" * 40, "ref_name": "feature",
+                  "event": {"repository": {"default_branch": "trunk"}}}
+    assert run_workflow("unet-apply.yml", tmp_path, tmp_path / "run",
+                        github=dispatched).conclusion == "skipped"
 
 
 def test_the_readme_names_every_example_workflow() -> None:
