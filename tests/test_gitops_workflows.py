@@ -156,6 +156,35 @@ def test_the_example_lock_file_must_be_set_up_before_use(tmp_path: Path) -> None
     assert any("title=No unet lock file" in a for a in run.annotations("error"))
 
 
+# --- who may change what: CODEOWNERS ----------------------------------------------------------
+
+
+def _owners(codeowners: str, path: str) -> list[str]:
+    """GitHub's rule for the simple patterns the example uses (`/dir/`, `/file`): the last
+    matching line wins."""
+    owners: list[str] = []
+    for line in codeowners.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        pattern, *names = line.split()
+        assert pattern.startswith("/"), pattern
+        if path == pattern or (pattern.endswith("/") and path.startswith(pattern)):
+            owners = names
+    return owners
+
+
+def test_codeowners_give_the_providers_whatever_can_bypass_the_folder_rules() -> None:
+    codeowners = (EXAMPLE / "CODEOWNERS").read_text()
+    for path in ("/.github/workflows/unet-apply.yml", "/.github/workflows/evil.yml",
+                 "/.github/unet-requirements.txt", "/.github/unet-requirements.in",
+                 "/CODEOWNERS", "/unet.yaml", "/provider/managers.yaml"):
+        assert _owners(codeowners, path) == ["@provider-netops"], path
+    assert _owners(codeowners, "/tenants/acme/network.yaml") == ["@acme-team"]
+    assert _owners(codeowners, "/tenants/globex/x/y.yaml") == ["@globex-team"]
+    text = (EXAMPLE / "README.md").read_text()
+    assert "/.github/" in text and "bypass" in text
+
+
 # --- a "GitHub" repo: a bare origin, a work clone, checkouts --------------------------------
 
 
