@@ -25,7 +25,7 @@ from packaging.version import Version
 
 from managers.ovn.embedded import EmbeddedNorthbound
 
-from .conftest import EXAMPLE
+from .conftest import EXAMPLE, ROOT
 from .support.gitops import (
     PLAN_WORKFLOW_ID,
     PROJECT_WORKFLOWS,
@@ -181,8 +181,18 @@ def test_codeowners_give_the_providers_whatever_can_bypass_the_folder_rules() ->
         assert _owners(codeowners, path) == ["@provider-netops"], path
     assert _owners(codeowners, "/tenants/acme/network.yaml") == ["@acme-team"]
     assert _owners(codeowners, "/tenants/globex/x/y.yaml") == ["@globex-team"]
-    text = (EXAMPLE / "README.md").read_text()
-    assert "/.github/" in text and "bypass" in text
+    for doc in (EXAMPLE / "README.md", ROOT / "docs" / "gitops.md", ROOT / "README.md"):
+        text = doc.read_text()
+        assert "/.github/" in text and "bypass" in text, doc
+
+
+def test_the_docs_say_how_to_make_the_lock_file() -> None:
+    command = "pip-compile --generate-hashes"
+    for doc in (ROOT / "docs" / "gitops.md", ROOT / "README.md",
+                EXAMPLE / ".github" / "unet-requirements.in"):
+        text = doc.read_text()
+        assert command in text and "unet-requirements.txt" in text, doc
+    assert "UNET_PACKAGE" not in (ROOT / "docs" / "gitops.md").read_text()
 
 
 # --- a "GitHub" repo: a bare origin, a work clone, checkouts --------------------------------
