@@ -6,12 +6,16 @@ GitHub runs it (`bash --noprofile --norc -eo pipefail`), with the `GITHUB_*` fil
 `env:` and `with:` expressions evaluated from the contexts a test gives. Actions stand in
 like this: checkout and setup-python are the test's checkout and this venv; upload- and
 download-artifact copy folders; github-script runs the script with Node.js against a fake
-REST API whose state (comments, pull requests) is a JSON file. Install steps (`id:
-install`) are skipped: unet is the venv's.
+REST API whose state (comments, pull requests, workflows and their runs) is a JSON file.
+Install steps (`id: install`) run with a stand-in `python` that installs nothing and records
+its arguments and the requirement files it was given (`WorkflowRun.installs`): unet is the
+venv's. Given an `origin`, checkout clones it at the step's `ref` (or the run's commit) into
+the job's folder; otherwise the test has made that folder.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -69,8 +73,16 @@ def ovn_only_repo(target: Path, northbound: str = "embedded", mode: str = "repor
     if northbound != "embedded":
         edit(target, "provider/managers.yaml", "northbound: embedded", f"northbound: {northbound}")
     set_mode(target, mode)
+    set_up_lock_file(target)
     (target / ".gitignore").write_text(".unet/\n")
     return target
+
+
+def set_up_lock_file(repo: Path) -> None:
+    """What a network repo does once: its own unet wheel in the example's lock file."""
+    lock = repo / ".github" / "unet-requirements.txt"
+    lock.write_text(lock.read_text().replace("YOUR-ORG", "acme-netops").replace(
+        "REPLACE-WITH-THE-SHA256-OF-YOUR-UNET-WHEEL", hashlib.sha256(b"unet").hexdigest()))
 
 
 def set_mode(repo: Path, mode: str) -> None:
@@ -168,7 +180,7 @@ class Expression:
         for op in ("==", "!="):
             if self._take(op):
                 right = self._primary()
-                same = _loose(left) == _loose(right)
+                same = _loose_equal(left, right)
                 return same if op == "==" else not same
         return left
 
@@ -221,8 +233,27 @@ def truthy(value: Any) -> bool:
     return value not in (None, False, 0, "", 0.0)
 
 
-def _loose(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
+def _loose_equal(left: Any, right: Any) -> bool:
+    """GitHub's `==`: strings compare ignoring case; values of different types are compared
+    as numbers (null and '' are 0, true is 1, a string that is no number is NaN)."""
+    if isinstance(left, str) and isinstance(right, str):
+        return left.lower() == right.lower()
+    if type(left) is type(right):
+        return bool(left == right)
+    return _number(left) == _number(right)  # NaN equals nothing
+
+
+def _number(value: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool | int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip() or 0)
+        except ValueError:
+            return float("nan")
+    return float("nan")
 
 
 def evaluate(text: str, context: dict[str, Any], failed: bool = False) -> Any:
@@ -276,6 +307,7 @@ class StepResult:
 class WorkflowRun:
     conclusion: str
     steps: list[StepResult]
+    installs: list[dict[str, Any]] = field(default_factory=list)
 
     def step(self, key: str) -> StepResult:
         for step in self.steps:
@@ -295,8 +327,8 @@ class WorkflowRun:
         return [line for line in self.log.splitlines() if line.startswith(f"::{level} ")]
 
 
-def load_workflow(name: str) -> dict[str, Any]:
-    data = yaml.safe_load((WORKFLOWS / name).read_text())
+def load_workflow(name: str, folder: Path = WORKFLOWS) -> dict[str, Any]:
+    data = yaml.safe_load((folder / name).read_text())
     assert isinstance(data, dict)
     return data
 
@@ -326,15 +358,17 @@ def run_workflow(name: str, cwd: Path, tmp: Path, *, github: dict[str, Any],
                  secrets: dict[str, str] | None = None,
                  artifacts: Path | None = None, api_state: Path | None = None,
                  before_step: dict[str, Callable[[], None]] | None = None,
+                 workflows: Path = WORKFLOWS, origin: Path | None = None,
                  timeout: float = 180) -> WorkflowRun:
-    """Run the (single) job of workflow `name` in `cwd`, as GitHub would."""
-    workflow = load_workflow(name)
+    """Run the (single) job of workflow `name` (from the folder `workflows`: the example's,
+    or a checkout's own copy, as GitHub runs a pull request's) in `cwd`, as GitHub would."""
+    workflow = load_workflow(name, workflows)
     (job_name, job), = workflow["jobs"].items()
     tmp.mkdir(parents=True, exist_ok=True)
     runner_temp = tmp / "runner-temp"
     runner_temp.mkdir(exist_ok=True)
     github = {"workspace": str(cwd), "token": "fake-token", "repository": "acme/network",
-              "job": job_name, **github}
+              "server_url": "https://github.com", "run_id": "5151", "job": job_name, **github}
     context: dict[str, Any] = {"github": github, "vars": variables or {},
                                "secrets": secrets or {}, "steps": {},
                                "runner": {"temp": str(runner_temp), "os": "Linux"}, "env": {}}
@@ -352,13 +386,13 @@ def run_workflow(name: str, cwd: Path, tmp: Path, *, github: dict[str, Any],
         return WorkflowRun("skipped", [])
     failed = False
     results: list[StepResult] = []
+    install_log = tmp / "installs.jsonl"
+    install_log.write_text("")
     for index, step in enumerate(job["steps"]):
         step_id = step.get("id", f"step{index}")
         label = step.get("name") or step.get("uses") or step_id
         if not condition(step.get("if"), context, failed):
             result = StepResult(step_id, label, "skipped")
-        elif step.get("id") == "install":
-            result = StepResult(step_id, label, "success")
         else:
             if before_step and label in before_step:
                 before_step[label]()
@@ -370,6 +404,9 @@ def run_workflow(name: str, cwd: Path, tmp: Path, *, github: dict[str, Any],
             for key, path in files.items():
                 path.write_text("")
                 step_env[key] = str(path)
+            if step.get("id") == "install":  # pip stands in: unet is the venv's
+                step_env["PATH"] = f"{_install_stand_in(tmp)}{os.pathsep}{step_env['PATH']}"
+                step_env["FAKE_INSTALL_LOG"] = str(install_log)
             if "run" in step:
                 script = tmp / f"{index}.sh"
                 script.write_text(interpolate(step["run"], context))
@@ -382,7 +419,7 @@ def run_workflow(name: str, cwd: Path, tmp: Path, *, github: dict[str, Any],
                                     done.stdout, done.stderr, done.returncode)
             else:
                 result = _action(step, step_id, label, cwd, step_env, context, artifacts,
-                                 api_state, tmp, timeout)
+                                 api_state, origin, tmp, timeout)
             result.outputs = _parse_kv_file(files["GITHUB_OUTPUT"])
             result.summary = files["GITHUB_STEP_SUMMARY"].read_text()
             for key, value in _parse_kv_file(files["GITHUB_ENV"]).items():
@@ -394,14 +431,46 @@ def run_workflow(name: str, cwd: Path, tmp: Path, *, github: dict[str, Any],
             "conclusion": "success" if result.outcome == "failure"
             and step.get("continue-on-error") else result.outcome}}
         results.append(result)
-    return WorkflowRun("failure" if failed else "success", results)
+    installs = [json.loads(line) for line in install_log.read_text().splitlines()]
+    return WorkflowRun("failure" if failed else "success", results, installs)
+
+
+_INSTALL_STAND_IN = """#!{python}
+import hashlib, json, os, sys
+args = sys.argv[1:]
+entry = {{"argv": args, "cwd": os.getcwd(), "requirements": {{}}}}
+for flag, value in zip(args, args[1:]):
+    if flag in ("-r", "--requirement"):
+        with open(value, "rb") as f:
+            entry["requirements"][value] = hashlib.sha256(f.read()).hexdigest()
+with open(os.environ["FAKE_INSTALL_LOG"], "a") as log:
+    log.write(json.dumps(entry) + "\\n")
+"""
+
+
+def _install_stand_in(tmp: Path) -> Path:
+    """A folder whose `python` records how it was called and installs nothing."""
+    folder = tmp / "install-stand-in"
+    folder.mkdir(exist_ok=True)
+    for name in ("python", "python3"):
+        path = folder / name
+        path.write_text(_INSTALL_STAND_IN.format(python=sys.executable))
+        path.chmod(0o755)
+    return folder
 
 
 def _action(step: dict[str, Any], step_id: str, label: str, cwd: Path, env: dict[str, str],
             context: dict[str, Any], artifacts: Path | None, api_state: Path | None,
-            tmp: Path, timeout: float) -> StepResult:
+            origin: Path | None, tmp: Path, timeout: float) -> StepResult:
     uses = str(step["uses"]).split("@", 1)[0]
     inputs = {k: interpolate(v, context) for k, v in (step.get("with") or {}).items()}
+    if uses == "actions/checkout" and origin is not None:
+        ref = inputs.get("ref") or context["github"]["sha"]
+        git(cwd.parent, "clone", "-q", str(origin), str(cwd))
+        branch = subprocess.run(["git", "-C", str(cwd), "rev-parse", "-q", "--verify",
+                                 f"refs/remotes/origin/{ref}"], capture_output=True, check=False)
+        git(cwd, "checkout", "-q", "--detach", f"origin/{ref}" if branch.returncode == 0 else ref)
+        return StepResult(step_id, label, "success", f"checked out {ref}\n")
     if uses in ("actions/checkout", "actions/setup-python"):
         return StepResult(step_id, label, "success")  # the test's checkout, this venv
     if uses == "actions/upload-artifact":
@@ -421,7 +490,7 @@ def _action(step: dict[str, Any], step_id: str, label: str, cwd: Path, env: dict
     if uses == "actions/github-script":
         assert api_state is not None
         return _github_script(inputs["script"], step_id, label, cwd, env, api_state, tmp,
-                              timeout)
+                              timeout, context["github"].get("event", {}))
     raise AssertionError(f"no stand-in for action {uses}")
 
 
@@ -431,6 +500,7 @@ const statePath = process.env.FAKE_GITHUB_STATE;
 const state = JSON.parse(fs.readFileSync(statePath, 'utf8'));
 const save = () => fs.writeFileSync(statePath, JSON.stringify(state, null, 1));
 const bot = { login: 'github-actions[bot]', type: 'Bot' };
+const notFound = (what) => Object.assign(new Error(`Not Found: ${what}`), { status: 404 });
 const github = {
   paginate: async (method, params) => (await method(params)).data,
   rest: {
@@ -450,17 +520,44 @@ const github = {
     pulls: {
       get: async (p) => {
         const pr = state.pulls[String(p.pull_number)];
-        if (!pr) throw new Error('Not Found');
+        if (!pr) throw notFound('pull ' + p.pull_number);
         return { data: pr };
+      },
+      list: async (p) => ({
+        data: Object.values(state.pulls).filter((pr) => (pr.state || 'open') === (p.state || 'open')
+          && (!p.head || `${pr.head.repo.owner.login}:${pr.head.ref}` === p.head)) }),
+    },
+    actions: {
+      getWorkflow: async (p) => {
+        const w = (state.workflows || {})[String(p.workflow_id)];
+        if (!w) throw notFound('workflow ' + p.workflow_id);
+        return { data: w };
+      },
+      listWorkflowRuns: async (p) => {
+        const runs = ((state.runs || {})[String(p.workflow_id)] || []).filter(
+          (r) => (!p.branch || r.head_branch === p.branch) && (!p.status || r.status === p.status));
+        const page = runs.slice(0, p.per_page || 30);
+        return { data: { total_count: runs.length, workflow_runs: page } };
+      },
+      listJobsForWorkflowRun: async (p) => {
+        const jobs = (state.jobs || {})[String(p.run_id)] || [];
+        return { data: { total_count: jobs.length, jobs } };
       },
     },
   },
 };
-const context = { repo: { owner: 'acme', repo: 'network' }, payload: state.payload || {} };
+const context = { repo: { owner: 'acme', repo: 'network' },
+                  payload: JSON.parse(process.env.FAKE_GITHUB_EVENT || '{}') };
+const output = (name, value) => {
+  const delimiter = 'ghadelimiter_' + Math.random().toString(16).slice(2);
+  fs.appendFileSync(process.env.GITHUB_OUTPUT,
+                    `${name}<<${delimiter}\\n${value}\\n${delimiter}\\n`);
+};
 const core = {
   info: (m) => console.log(m),
   notice: (m) => console.log('::notice::' + m),
   warning: (m) => console.log('::warning::' + m),
+  setOutput: output,
   setFailed: (m) => { console.log('::error::' + m); process.exitCode = 1; },
 };
 (async () => {
@@ -470,23 +567,45 @@ SCRIPT
 
 
 def _github_script(script: str, step_id: str, label: str, cwd: Path, env: dict[str, str],
-                   api_state: Path, tmp: Path, timeout: float) -> StepResult:
+                   api_state: Path, tmp: Path, timeout: float,
+                   event: dict[str, Any]) -> StepResult:
     node = shutil.which("node")
     assert node is not None, "the github-script steps run with Node.js (node), not installed"
     harness = tmp / f"{step_id}.js"
     harness.write_text(_NODE_HARNESS.replace("SCRIPT", script))
     done = subprocess.run([node, str(harness)], cwd=cwd,
-                          env={**env, "FAKE_GITHUB_STATE": str(api_state)},
+                          env={**env, "FAKE_GITHUB_STATE": str(api_state),
+                               "FAKE_GITHUB_EVENT": json.dumps(event)},
                           capture_output=True, text=True, timeout=timeout, check=False)
     return StepResult(step_id, label, "success" if done.returncode == 0 else "failure",
                       done.stdout, done.stderr, done.returncode)
 
 
+PLAN_WORKFLOW_ID = 11
+
+
 def new_api_state(path: Path, pulls: dict[str, Any],
-                  comments: list[dict[str, Any]] | None = None) -> Path:
+                  comments: list[dict[str, Any]] | None = None,
+                  runs: dict[str, list[dict[str, Any]]] | None = None,
+                  jobs: dict[str, list[dict[str, Any]]] | None = None) -> Path:
+    """The fake GitHub: pull requests by number, comments, the repository's workflows (by
+    file name), their runs (newest first) and the jobs of a run (by run id)."""
+    workflows = {name: {"id": PLAN_WORKFLOW_ID + i, "path": f".github/workflows/{name}"}
+                 for i, name in enumerate(("unet-plan.yml", "unet-plan-comment.yml",
+                                           "unet-apply.yml", "unet-reconcile.yml"))}
     path.write_text(json.dumps({"comments": comments or [], "pulls": pulls, "next_id": 100,
-                                "calls": []}))
+                                "calls": [], "workflows": workflows, "runs": runs or {},
+                                "jobs": jobs or {}}))
     return path
+
+
+def pull(number: int, head: str, base: str = "main", branch: str = "feature",
+         owner: str = "acme") -> dict[str, Any]:
+    """A pull request as the API gives it (the fields the workflows read)."""
+    return {"number": number, "state": "open",
+            "head": {"sha": head, "ref": branch,
+                     "repo": {"full_name": f"{owner}/network", "owner": {"login": owner}}},
+            "base": {"ref": base}}
 
 
 def api(path: Path) -> dict[str, Any]:
