@@ -120,6 +120,14 @@ class Session:
         at once and every WAIT_NOTICE seconds, who holds it."""
         raise NotImplementedError
 
+    def hold(self, name: str) -> AbstractContextManager[Callable[[], bool]]:
+        """Wait as long as it takes for the backend's lock `name` (not the run's lock), then
+        hold it until the context ends. The context gives a function that says whether it
+        is still held: a lost connection loses it, and the backend lets the next waiter
+        have it. Electing one active replica of a daemon uses this; a backend without such
+        a lock raises NotImplementedError."""
+        raise NotImplementedError
+
     def observe(self) -> Observation:
         raise NotImplementedError
 

@@ -199,6 +199,31 @@ class KubernetesSession(Session):
                 lease.release()
             self.leases = {}
 
+    @contextlib.contextmanager
+    def hold(self, name: str) -> Iterator[Callable[[], bool]]:
+        """The Lease unet-<installation>-<name> on the first usable cluster, renewed while
+        held; when the holder stops renewing, it expires and the next waiter takes it."""
+        from .live import Lease, LockTimeout, Renewer
+
+        usable = [c for _n, c in sorted(self.clusters.items()) if c.error is None]
+        if not usable:
+            raise BackendLocked("no hosting cluster is reachable to hold the Lease "
+                                f"unet-{self.installation}-{name} on")
+        duration = self.config.lease_duration_seconds
+        lease = Lease(usable[0], self.config.lease_namespace,
+                      f"unet-{self.installation}-{name}", duration)
+        while True:
+            try:
+                lease.acquire(5.0)
+                break
+            except LockTimeout:
+                continue  # still held by another replica: ask again
+        try:
+            with Renewer([lease], max(0.5, duration / 3)).running():
+                yield lambda: lease.lost is None
+        finally:
+            lease.release()
+
     def observe(self) -> KubernetesObservation:
         from .live import observe_cluster
 

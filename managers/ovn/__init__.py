@@ -96,6 +96,9 @@ class OvnSession(Session):
              ) -> contextlib.AbstractContextManager[None]:
         return self.nb.lock(self.installation, timeout, waiting)
 
+    def hold(self, name: str) -> contextlib.AbstractContextManager[Callable[[], bool]]:
+        return self.nb.hold(f"unet_{self.installation}_{name}")
+
     def observe(self) -> OvnObservation:
         observation = self.nb.observe(self.installation, self.manager)
         observation.applied_digest = self.nb.global_tag(self.installation, self._applied_tag)

@@ -48,6 +48,8 @@ __all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "OvnError", "OvnObser
 NAMED_TABLES = ("Logical_Switch", "Logical_Router", "Logical_Switch_Port", "Logical_Router_Port",
                 "Port_Group", "Address_Set", "Gateway_Chassis")
 MAX_ROWS_PER_TRANSACTION = 5000
+#: Seconds a waiter for a held lock stays queued before it asks again.
+_HOLD_POLL = 5.0
 
 
 @dataclass
@@ -251,6 +253,19 @@ class Northbound:
             yield
         finally:
             fence.release()
+
+    @contextlib.contextmanager
+    def hold(self, name: str) -> Iterator[Callable[[], bool]]:
+        """Hold the OVSDB lock `name` on a connection of its own until the context ends,
+        waiting as long as it takes; the server hands it to the next waiter when this
+        connection ends (the process died, the network failed)."""
+        rpc = self._connect()
+        try:
+            while not rpc.lock(name, _HOLD_POLL):
+                pass  # still queued behind the holder: ask again
+            yield lambda: name in rpc.locks
+        finally:
+            rpc.close()
 
     def global_tag(self, installation: str, tag: str) -> str | None:
         """A tag unet keeps in NB_Global.external_ids."""

@@ -72,6 +72,9 @@ def add_parser(commands: Any) -> None:
                         help="only this NetworkManager (repeatable; default: all)")
     parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="how long to wait for another run's lock (default 60)")
+    parser.add_argument("--replicas", action="store_true",
+                        help="the daemon is one of several replicas: one is elected active "
+                             "and applies, the others stand by (standby on /readyz)")
     parser.set_defaults(func=command)
     what = parser.add_subparsers(dest="reconcile_what", required=False, metavar="history",
                                  parser_class=type(parser))
@@ -89,7 +92,7 @@ def options_of(args: argparse.Namespace) -> Options:
     return Options(path=args.path, repo=args.repo, branch=args.branch, managers=args.manager,
                    lock_timeout=args.lock_timeout, max_file_size=args.max_file_size,
                    state_dir=args.state_dir, workdir=Path.cwd(),
-                   history_size=args.history_size)
+                   history_size=args.history_size, replicas=args.replicas and not args.once)
 
 
 def command(args: argparse.Namespace) -> int:

@@ -23,7 +23,8 @@ DRIFT = "drift"      # drift found and left in place (`reconcile: report`)
 INVALID = "invalid"  # the revision fails validation or its plan has errors: not applied
 LOCKED = "locked"    # another run held a backend lock for longer than --lock-timeout
 ERROR = "error"      # anything else: a backend or Git unreachable, a failed apply
-RESULTS = (OK, APPLIED, DRIFT, INVALID, LOCKED, ERROR)
+STANDBY = "standby"  # another replica of the daemon is active: nothing planned or applied
+RESULTS = (OK, APPLIED, DRIFT, INVALID, LOCKED, ERROR, STANDBY)
 
 
 

@@ -33,6 +33,7 @@ from managers.base import BackendLocked
 from .. import heap
 from ..errors import EXIT_OK, UnetError
 from ..load import DEFAULT_MAX_FILE_BYTES
+from .election import ACTIVE, Election
 from .history import (
     APPLIED,
     DEFAULT_STATE_DIR,
@@ -41,6 +42,7 @@ from .history import (
     INVALID,
     LOCKED,
     OK,
+    STANDBY,
     Run,
     append_history,
     flock,
@@ -69,6 +71,7 @@ class Options:
     state_dir: Path = DEFAULT_STATE_DIR
     workdir: Path = field(default_factory=Path.cwd)  # where `northbound: embedded` lives
     history_size: int = 100
+    replicas: bool = False  # stand for election: one replica of several is active
 
 
 @dataclass
@@ -90,6 +93,7 @@ class Reconciler:
         self.parsed: Any = None  # ParsedFiles: the last run's files, kept parsed
         self._last_plan_json: dict[str, Any] | None = None
         self.last_validation: Any = None
+        self.election = Election(options.workdir) if options.replicas else None
 
     # state kept between runs: the last good revision
     def _state(self) -> dict[str, Any]:
@@ -224,6 +228,9 @@ class Reconciler:
         assert head.context is not None
         run.mode = str(head.context.kind("RepositoryConfig")[0].obj.spec.reconcile)
         run.resources = dict(sorted(Counter(m.kind for m in head.manifests).items()))
+        if self.election is not None and self._elect(head) != ACTIVE:
+            run.result, run.message = STANDBY, "another replica is active; standing by"
+            return _Outcome()
         options = engine.RunOptions(workdir=self.options.workdir,
                                     lock_timeout=self.options.lock_timeout,
                                     only=self.options.managers, waiting=_log_waiting)
@@ -266,6 +273,17 @@ class Reconciler:
             run.message = done + (f" (repaired {run.drift} drifted objects)" if run.drift
                                   else "")
         return _Outcome()
+
+    def _elect(self, head: Any) -> str:
+        """This replica's role, standing for the lock of the repo's first fabric manager
+        (the first manager, when there is no fabric)."""
+        from ..model import Model
+        from ..pipeline import managers_of
+
+        assert self.election is not None and head.context is not None
+        managers = managers_of(Model(head.context), self.options.managers, resolve=True)
+        fabric = [name for name in sorted(managers) if managers[name].role == "fabric"]
+        return self.election.join(managers[(fabric or sorted(managers))[0]])
 
     def _gate(self, plan: Any, run: Run) -> Any:
         """The repo's changes always; drift only with `reconcile: repair`."""
@@ -374,15 +392,30 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
     try:
         while not stop.is_set():
             run = reconciler.run_once()
-            metrics.observe(run)
+            metrics.observe(run, reconciler.election)
             log_line(run)
             heap.after_run()
             delay = serving.interval * (1 + random.uniform(-serving.jitter, serving.jitter))
-            stop.wait(max(delay, 0.0))
+            _wait(stop, reconciler.election, max(delay, 0.0))
     finally:
+        if reconciler.election is not None:
+            reconciler.election.stop()
         server.shutdown()
         server.server_close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sys.stderr.write(json.dumps({"ts": now(), "event": "stop"}) + "\n")
     return EXIT_OK
+
+
+def _wait(stop: threading.Event, election: Election | None, seconds: float) -> None:
+    """Until the next run: the interval, or less when this replica becomes active."""
+    if election is None:
+        stop.wait(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while not stop.is_set() and time.monotonic() < deadline:
+        if election.became_active.is_set():
+            election.became_active.clear()
+            return
+        stop.wait(min(0.2, deadline - time.monotonic()))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UnetError
-from .history import APPLIED, DRIFT, ERROR, LOCKED, OK, RESULTS, Run, write_atomic
+from .history import APPLIED, DRIFT, ERROR, LOCKED, OK, RESULTS, STANDBY, Run, write_atomic
 
 DEFAULT_METRICS_PORT = 9610
 PORT_FILE = "metrics.port"
@@ -56,18 +56,28 @@ class Metrics:
                                ["kind"], registry=registry)
         self.revision = Info(p + "revision", "The revision of the branch and the one applied",
                              registry=registry)
+        self.active = Gauge(p + "active", "1: this replica is active (applies); 0: it stands "
+                            "by (another replica is active)", registry=registry)
+        self.active.set(1)
         self.ready = False
+        self.role = "active"  # one replica alone is active; with --replicas, elected
         self.last = "none"
         self.good: str | None = None
 
-    def observe(self, run: Run) -> None:
+    def observe(self, run: Run, election: Any = None) -> None:
         now = time.time()
+        if election is not None:
+            self.role = election.role
+            self.active.set(1 if self.role == "active" else 0)
         self.runs.labels(run.result).inc()
         self.last_run.set(now)
         self.last_result.state(run.result)
         self.run_duration.set(run.duration)
         if run.result not in (ERROR, LOCKED):
             self.last_success.set(now)
+        if run.result == STANDBY:  # a standby replica is ready to take over
+            self.last, self.ready = run.result, True
+            return
         if run.result == LOCKED:  # nothing was observed: keep the last figures
             self.last = run.result
             return
@@ -94,7 +104,8 @@ class Metrics:
         self.ready = self.good is not None and run.result != ERROR
 
     def readiness(self) -> dict[str, Any]:
-        return {"ready": self.ready, "last_result": self.last, "last_good_revision": self.good}
+        return {"ready": self.ready, "role": self.role, "last_result": self.last,
+                "last_good_revision": self.good}
 
 
 def serve_metrics(metrics: Metrics, address: str, port: int) -> Any:

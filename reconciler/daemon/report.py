@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
-from .history import APPLIED, DRIFT, ERROR, INVALID, LOCKED, OK, Run, now, short
+from .history import APPLIED, DRIFT, ERROR, INVALID, LOCKED, OK, STANDBY, Run, now, short
 
 SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit for one step's job summary, in bytes
 
@@ -33,7 +33,7 @@ def markdown_report(run: Run, plan: dict[str, Any] | None, validation: Any = Non
 
     title = {OK: "no changes", APPLIED: "changes applied", DRIFT: "drift found, not repaired",
              INVALID: "revision refused", LOCKED: "skipped: the backends are locked",
-             ERROR: "failed"}[run.result]
+             ERROR: "failed", STANDBY: "standing by: another replica is active"}[run.result]
     revision = (f"`{run.branch}` " if run.branch else "") + f"`{short(run.revision)}`"
     rows = [("revision", revision), ("result", f"**{run.result}**: {run.message}")]
     if run.reconciled and run.reconciled != run.revision:
