@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -59,13 +60,25 @@ def use_colour(stream: TextIO) -> bool:
 Sources = Callable[[str], "list[str] | None"]  # a repo file → its lines, when readable
 
 
+#: Larger files get no source line (the loader refuses them anyway).
+_SOURCE_LIMIT = 1 << 20
+
+
 def folder_sources(root: Path) -> Sources:
-    """The lines of the repo's files on disk, each file read once."""
+    """The lines of the repo's files on disk, each file read once: regular files inside
+    the repo only (never a FIFO, which would block, nor what a symlink points at outside)."""
+    inside = root.resolve()
+
     @cache
     def lines(file: str) -> list[str] | None:
         try:
-            return (root / file).read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
+            path = (root / file).resolve()
+            status = path.stat()
+            if not path.is_relative_to(inside) or not stat.S_ISREG(status.st_mode) \
+                    or status.st_size > _SOURCE_LIMIT:
+                return None
+            return path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except (OSError, RuntimeError):  # gone, unreadable, a symlink loop
             return None
 
     return lines

@@ -6,6 +6,7 @@ the repo found from a subfolder, pre-commit, and the embedded database found fro
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -175,3 +176,15 @@ def test_the_embedded_database_lives_in_the_repo(example_copy: Path, tmp_path: P
     pidfile = example_copy / ".unet" / "ovn" / "nb.pid"
     assert not pidfile.exists() or not process_alive(int(pidfile.read_text())), \
         "the server unet started for the command is stopped"
+
+
+def test_source_lines_come_only_from_the_repos_own_regular_files(example_copy: Path) -> None:
+    """A FIFO would block the reader, a symlink leaving the repo would print someone
+    else's file: both are reported (PATH_UNSAFE) without a source line."""
+    os.mkfifo(example_copy / "provider" / "pipe.yaml")
+    (example_copy / "provider" / "passwd.yaml").symlink_to("/etc/passwd")
+    result = unet(example_copy, "validate", timeout=30)
+    assert result.returncode == 1
+    assert "provider/pipe.yaml:1: error PATH_UNSAFE" in result.stdout
+    assert "root:" not in result.stdout, "nothing of /etc/passwd is shown"
+    assert " | " not in result.stdout.split("provider/passwd.yaml")[1].split("\n\n")[0]
