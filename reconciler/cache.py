@@ -5,7 +5,7 @@ mode, a hash of the bytes otherwise), the size bound, unet's own code and
 schemas, and what validation reads of the installed manager plugins (their roles,
 capabilities and config schemas); any change in any of them is a miss. A hit gives the diagnostics
 without parsing anything, which is what makes a repeated `unet validate` fast.
-Entries live under `.unet/cache/` of the working directory (or `$UNET_CACHE_DIR`);
+Entries live under `.unet/cache/` of the network repo (or `$UNET_CACHE_DIR`);
 the newest few are kept. `unet validate --no-cache` neither reads nor writes it.
 """
 

@@ -1,7 +1,7 @@
 """The embedded OVN Northbound database: `northbound: embedded`, the default.
 
 unet keeps a local ovsdb-server with the OVN_Northbound schema under
-`.unet/ovn/` of the working directory, on a unix socket (never a TCP port,
+`.unet/ovn/` of the network repo, on a unix socket (never a TCP port,
 which a stale server could silently hold). The database file stays between
 runs. unet stops the server only when unet started it and no other unet
 process is using it; a server someone else started is never stopped.
