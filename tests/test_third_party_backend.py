@@ -97,7 +97,7 @@ def unet(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def files(work: Path) -> dict[str, dict]:
-    return {p.name: json.loads(p.read_text()) for p in sorted((work / "backend").glob("*.json"))}
+    return {p.name: json.loads(p.read_text()) for p in sorted((work / "repo" / "backend").glob("*.json"))}
 
 
 def test_a_third_party_backend_is_validated_planned_applied_and_pruned(
@@ -123,7 +123,7 @@ def test_a_third_party_backend_is_validated_planned_applied_and_pruned(
     assert done.returncode == 0 and "No changes." in done.stdout, done.stdout
 
     # A file changed by hand is drift, and the apply repairs it.
-    web = work / "backend" / "subnet.acme.web.json"
+    web = work / "repo" / "backend" / "subnet.acme.web.json"
     edited = json.loads(web.read_text())
     edited["fields"]["cidrs"] = ["10.99.0.0/24"]
     web.write_text(json.dumps(edited))
@@ -135,7 +135,7 @@ def test_a_third_party_backend_is_validated_planned_applied_and_pruned(
 
     # A file of someone else is never read as ours, nor deleted; a subnet removed from
     # the repo is pruned.
-    (work / "backend" / "theirs.json").write_text(json.dumps({"installation": "other"}))
+    (work / "repo" / "backend" / "theirs.json").write_text(json.dumps({"installation": "other"}))
     network = work / "repo" / "tenants" / "acme" / "network.yaml"
     network.write_text(network.read_text().split("---\napiVersion: network.osac.io/v1alpha1"
                                                   "\nkind: Subnet\nmetadata: {name: db}")[0])
