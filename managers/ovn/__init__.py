@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from reconciler.order import Step
 
     from .live import Northbound, OvnObservation
+    from .tls import TlsFiles
 
 _Name = Annotated[str, Field(min_length=1, max_length=63)]
 _REMOTE = r"((tcp|ssl):[^,]+:[0-9]+|unix:[^,]+)"
@@ -40,9 +42,19 @@ class OvnConfig(ManagerConfig):
                     "separated by ',' for a cluster) or 'embedded'")
     external_network: _Name = "physnet-external"
     gateway_chassis: list[_Name] = Field(default_factory=lambda: ["gw-1"], min_length=1)
-    ssl_key: str | None = Field(None, description="Private key file for ssl: remotes")
-    ssl_cert: str | None = Field(None, description="Certificate file for ssl: remotes")
-    ssl_ca_cert: str | None = Field(None, description="CA certificate for ssl: remotes")
+    ssl_key: str | None = Field(None, description="Private key file (PEM) for ssl: remotes")
+    ssl_cert: str | None = Field(None, description="Certificate file (PEM) of that key, for "
+                                                   "ssl: remotes")
+    ssl_ca_cert: str | None = Field(None, description="CA certificate file (PEM) that the "
+                                                      "servers' certificates are signed by")
+
+    def tls_files(self) -> TlsFiles | None:
+        """The TLS client files, when all three are set."""
+        from .tls import TlsFiles
+
+        if self.ssl_key and self.ssl_cert and self.ssl_ca_cert:
+            return TlsFiles(self.ssl_key, self.ssl_cert, self.ssl_ca_cert)
+        return None
 
 
 class OvnManager(Manager):
@@ -78,12 +90,29 @@ class OvnManager(Manager):
         with contextlib.ExitStack() as stack:
             if remote == "embedded":
                 remote = stack.enter_context(EmbeddedNorthbound(workdir)).remote
-            ssl = {k: v for k, v in (("sslKey", self.config.ssl_key),
-                                     ("sslCert", self.config.ssl_cert),
-                                     ("sslCaCert", self.config.ssl_ca_cert)) if v}
-            nb = Northbound(remote, ssl=ssl)
+            tls = stack.enter_context(self._tls(remote))
+            nb = Northbound(remote, tls=tls)
             stack.callback(nb.close)
             yield OvnSession(nb, self.manager, self.installation)
+
+    @contextlib.contextmanager
+    def _tls(self, remote: str) -> Iterator[ssl.SSLContext | None]:
+        """This manager's TLS context for its ssl: servers, registered for the IDL's streams
+        while connected (tls.py: the OVS library's own SSL settings are one per process)."""
+        from .fence import OvnError
+        from .tls import TlsConfigError, serving, ssl_members
+
+        files = self.config.tls_files()
+        if files is None or not ssl_members(remote):
+            yield None
+            return
+        with contextlib.ExitStack() as stack:
+            try:
+                context = files.context()
+                stack.enter_context(serving(remote, files, context))
+            except TlsConfigError as exc:
+                raise OvnError(f"NetworkManager {self.manager}: {exc}") from exc
+            yield context
 
 
 class OvnSession(Session):
