@@ -171,6 +171,36 @@ def client_context(client: Identity) -> ssl.SSLContext:
     return TlsFiles(str(client.key), str(client.cert), str(client.ca_cert)).context()
 
 
+def test_missing_or_unusable_tls_files_are_named_before_connecting(
+        example_copy: Path, ca_a: Authority, tmp_path: Path) -> None:
+    client = ca_a.issue("client")
+    other = ca_a.issue("other")
+    # No server at all: the files are checked when the config is read, before connecting.
+    use_northbound(example_copy, "ssl:127.0.0.1:9")
+    cases = {
+        "sslKey": (Identity(tmp_path / "nowhere.key", client.cert, client.ca_cert),
+                   f"sslKey {tmp_path / 'nowhere.key'} cannot be read: No such file or "
+                   "directory"),
+        "sslCaCert": (Identity(client.key, client.cert, tmp_path),
+                      f"sslCaCert {tmp_path} cannot be read: Is a directory"),
+        "mismatch": (Identity(other.key, client.cert, client.ca_cert),
+                     f"sslCert {client.cert} and sslKey {other.key} are not a PEM certificate "
+                     "and its key (key values mismatch)"),
+    }
+    for index, (case, (files, expected)) in enumerate(cases.items()):
+        repo = tmp_path / f"repo-{index}"
+        shutil.copytree(example_copy, repo)
+        use_tls(repo, files)
+        message = _fails_quickly(tmp_path, repo, "plan")
+        assert f"unet: NetworkManager ovn: config: {expected}" in message, (case, message)
+
+    # A missing setting is a validation error, seen in pull requests too.
+    result = unet(tmp_path, "validate", str(example_copy))
+    assert result.returncode == 1
+    assert "PLUGIN_CONFIG_INVALID plugin 'ovn' rejected its config: 'sslKey' is a required " \
+           "property" in result.stdout + result.stderr
+
+
 def test_one_server_with_two_sets_of_files_at_once_is_refused(ca_a: Authority,
                                                               ca_b: Authority) -> None:
     """The IDL's streams find their context by the server's address: two managers naming

@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, ValidationInfo, model_validator
+from pydantic_core import PydanticCustomError
 
 from managers.base import (
     ApplyOutcome,
@@ -47,6 +48,35 @@ class OvnConfig(ManagerConfig):
                                                    "ssl: remotes")
     ssl_ca_cert: str | None = Field(None, description="CA certificate file (PEM) that the "
                                                       "servers' certificates are signed by")
+
+    # `unet validate`: an ssl: remote needs the three files (their paths may be ${ENV}).
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"properties": {"northbound": {"pattern": "(^|,)ssl:"}},
+               "required": ["northbound"]},
+        "then": {"required": ["sslKey", "sslCert", "sslCaCert"]}})
+
+    @model_validator(mode="after")
+    def _tls_files(self, info: ValidationInfo) -> OvnConfig:
+        """An ssl: remote needs the three files; once the config is resolved for a run
+        (`context={"resolved": True}`), they must be usable: each file missing, unreadable
+        or wrong is named now, before anything connects."""
+        if not any(m.strip().startswith("ssl:") for m in self.northbound.split(",")):
+            return self
+        files = self.tls_files()
+        if files is None:
+            missing = [name for name, value in (("sslKey", self.ssl_key),
+                                                ("sslCert", self.ssl_cert),
+                                                ("sslCaCert", self.ssl_ca_cert)) if not value]
+            raise PydanticCustomError("tls", "an ssl: northbound needs {missing}",
+                                      {"missing": ", ".join(missing)})
+        if (info.context or {}).get("resolved"):
+            from .tls import TlsConfigError
+
+            try:
+                files.context()
+            except TlsConfigError as exc:
+                raise PydanticCustomError("tls", "{problem}", {"problem": str(exc)}) from exc
+        return self
 
     def tls_files(self) -> TlsFiles | None:
         """The TLS client files, when all three are set."""
