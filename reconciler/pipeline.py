@@ -118,12 +118,12 @@ def managers_of(model: Model, only: Iterable[str] | None = None,
         if resolve:
             config = resolve_config(config, where)
         plugin = plugins[manager.obj.spec.plugin]
-        try:
-            typed = plugin.Config.model_validate(config)
+        try:  # resolved: for a run against the backend, whose files must then be there
+            typed = plugin.Config.model_validate(config, context={"resolved": resolve})
         except pydantic.ValidationError as exc:  # an ${ENV} value of the wrong type, say
             problem = exc.errors()[0]
-            raise ConfigError(f"{where}: config.{'.'.join(map(str, problem['loc']))}: "
-                              f"{problem['msg']}") from exc
+            path = "".join(f".{part}" for part in problem["loc"])
+            raise ConfigError(f"{where}: config{path}: {problem['msg']}") from exc
         out[manager.name] = plugin(manager.name, typed, model.installation)
     return out
 

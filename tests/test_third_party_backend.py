@@ -97,7 +97,8 @@ def unet(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def files(work: Path) -> dict[str, dict]:
-    return {p.name: json.loads(p.read_text()) for p in sorted((work / "repo" / "backend").glob("*.json"))}
+    folder = work / "repo" / "backend"  # the plugin's folder, in the repo (its workdir)
+    return {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 
 
 def test_a_third_party_backend_is_validated_planned_applied_and_pruned(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, ValidationInfo, model_validator
+from pydantic_core import PydanticCustomError
 
 from managers.base import (
     ApplyOutcome,
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from reconciler.order import Step
 
     from .live import Northbound, OvnObservation
+    from .tls import TlsFiles
 
 _Name = Annotated[str, Field(min_length=1, max_length=63)]
 _REMOTE = r"((tcp|ssl):[^,]+:[0-9]+|unix:[^,]+)"
@@ -40,9 +43,48 @@ class OvnConfig(ManagerConfig):
                     "separated by ',' for a cluster) or 'embedded'")
     external_network: _Name = "physnet-external"
     gateway_chassis: list[_Name] = Field(default_factory=lambda: ["gw-1"], min_length=1)
-    ssl_key: str | None = Field(None, description="Private key file for ssl: remotes")
-    ssl_cert: str | None = Field(None, description="Certificate file for ssl: remotes")
-    ssl_ca_cert: str | None = Field(None, description="CA certificate for ssl: remotes")
+    ssl_key: str | None = Field(None, description="Private key file (PEM) for ssl: remotes")
+    ssl_cert: str | None = Field(None, description="Certificate file (PEM) of that key, for "
+                                                   "ssl: remotes")
+    ssl_ca_cert: str | None = Field(None, description="CA certificate file (PEM) that the "
+                                                      "servers' certificates are signed by")
+
+    # `unet validate`: an ssl: remote needs the three files (their paths may be ${ENV}).
+    model_config = ConfigDict(json_schema_extra={
+        "if": {"properties": {"northbound": {"pattern": "(^|,)ssl:"}},
+               "required": ["northbound"]},
+        "then": {"required": ["sslKey", "sslCert", "sslCaCert"]}})
+
+    @model_validator(mode="after")
+    def _tls_files(self, info: ValidationInfo) -> OvnConfig:
+        """An ssl: remote needs the three files; once the config is resolved for a run
+        (`context={"resolved": True}`), they must be usable: each file missing, unreadable
+        or wrong is named now, before anything connects."""
+        if not any(m.strip().startswith("ssl:") for m in self.northbound.split(",")):
+            return self
+        files = self.tls_files()
+        if files is None:
+            missing = [name for name, value in (("sslKey", self.ssl_key),
+                                                ("sslCert", self.ssl_cert),
+                                                ("sslCaCert", self.ssl_ca_cert)) if not value]
+            raise PydanticCustomError("tls", "an ssl: northbound needs {missing}",
+                                      {"missing": ", ".join(missing)})
+        if (info.context or {}).get("resolved"):
+            from .tls import TlsConfigError
+
+            try:
+                files.context()
+            except TlsConfigError as exc:
+                raise PydanticCustomError("tls", "{problem}", {"problem": str(exc)}) from exc
+        return self
+
+    def tls_files(self) -> TlsFiles | None:
+        """The TLS client files, when all three are set."""
+        from .tls import TlsFiles
+
+        if self.ssl_key and self.ssl_cert and self.ssl_ca_cert:
+            return TlsFiles(self.ssl_key, self.ssl_cert, self.ssl_ca_cert)
+        return None
 
 
 class OvnManager(Manager):
@@ -78,12 +120,29 @@ class OvnManager(Manager):
         with contextlib.ExitStack() as stack:
             if remote == "embedded":
                 remote = stack.enter_context(EmbeddedNorthbound(workdir)).remote
-            ssl = {k: v for k, v in (("sslKey", self.config.ssl_key),
-                                     ("sslCert", self.config.ssl_cert),
-                                     ("sslCaCert", self.config.ssl_ca_cert)) if v}
-            nb = Northbound(remote, ssl=ssl)
+            tls = stack.enter_context(self._tls(remote))
+            nb = Northbound(remote, tls=tls)
             stack.callback(nb.close)
             yield OvnSession(nb, self.manager, self.installation)
+
+    @contextlib.contextmanager
+    def _tls(self, remote: str) -> Iterator[ssl.SSLContext | None]:
+        """This manager's TLS context for its ssl: servers, registered for the IDL's streams
+        while connected (tls.py: the OVS library's own SSL settings are one per process)."""
+        from .fence import OvnError
+        from .tls import TlsConfigError, serving, ssl_members
+
+        files = self.config.tls_files()
+        if files is None or not ssl_members(remote):
+            yield None
+            return
+        with contextlib.ExitStack() as stack:
+            try:
+                context = files.context()
+                stack.enter_context(serving(remote, files, context))
+            except TlsConfigError as exc:
+                raise OvnError(f"NetworkManager {self.manager}: {exc}") from exc
+            yield context
 
 
 class OvnSession(Session):

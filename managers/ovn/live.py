@@ -20,6 +20,7 @@ own work.
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,7 @@ from reconciler.order import Step
 
 from .fence import ConcurrentWrite, Fence, Interrupted, LockTimeout, OvnError
 from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
-from .rpc import Rpc
+from .rpc import Rpc, TlsFailed, check_tls
 
 __all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "OvnError", "OvnObservation"]
 
@@ -75,11 +76,13 @@ class Northbound:
     """One connection to an OVN Northbound database."""
 
     def __init__(self, remote: str, timeout: float = 60.0,
-                 ssl: dict[str, str] | None = None) -> None:
+                 tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: the context for ssl: remotes (see tls.py; the IDL's streams take it from
+        `tls.serving`)."""
         self.remote = remote
         self.timeout = timeout
-        if remote.startswith("ssl:") or ",ssl:" in remote:
-            _configure_ssl(ssl or {})
+        self.tls = tls
+        _check_tls(remote, tls, timeout)
         try:
             helper = idlutils.get_schema_helper(remote, "OVN_Northbound")
         except Exception as exc:  # ovsdbapp raises a bare Exception when it cannot connect
@@ -120,7 +123,7 @@ class Northbound:
         """unet's own connection, to the server the IDL chose (a cluster's leader)."""
         with self.conn.lock:
             remote = self.idl._session.get_name()
-        return Rpc(remote, self.timeout)
+        return Rpc(remote, self.timeout, self.tls)
 
     # -- observe ----------------------------------------------------------------------------
     def observe(self, installation: str, manager: str) -> OvnObservation:
@@ -287,15 +290,18 @@ class Northbound:
                     return
 
 
-def _configure_ssl(ssl: dict[str, str]) -> None:
-    from ovs.stream import Stream
-
-    missing = [k for k in ("sslKey", "sslCert", "sslCaCert") if not ssl.get(k)]
-    if missing:
-        raise OvnError(f"an ssl: remote needs {', '.join(missing)} in the ovn config")
-    Stream.ssl_set_private_key_file(ssl["sslKey"])
-    Stream.ssl_set_certificate_file(ssl["sslCert"])
-    Stream.ssl_set_ca_cert_file(ssl["sslCaCert"])
+def _check_tls(remote: str, tls: ssl.SSLContext | None, timeout: float) -> None:
+    """Before the IDL connects: TLS with the ssl: servers works, or a clear error naming the
+    server and what failed (the IDL would only say that it cannot get the schema)."""
+    if tls is None:
+        if remote.startswith("ssl:") or ",ssl:" in remote:
+            raise OvnError("an ssl: remote needs sslKey, sslCert and sslCaCert in the ovn "
+                           "config")
+        return
+    try:
+        check_tls(remote, tls, timeout)
+    except TlsFailed as exc:
+        raise OvnError(str(exc)) from exc
 
 
 def _chunks(items: list[Step], size: int) -> Iterator[list[Step]]:

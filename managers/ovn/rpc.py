@@ -4,24 +4,32 @@ The OVS library's JSON-RPC client reads 4 KiB at a time and hands every value to
 its own parser; a select of a thousand tenants' rows is a reply of 100 MB. Here
 replies are read in large blocks and decoded by the standard library's C parser
 with the cyclic garbage collector paused (it would scan the new objects again
-and again and find nothing). The OVS stream classes still make the connection,
-so tcp:, ssl: and unix: remotes all work.
+and again and find nothing). The OVS stream classes carry the bytes, so tcp:, ssl:
+and unix: remotes all work; an ssl: connection is made here (`open_stream`), with
+the manager's own TLS context (tls.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import select
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import ovs.socket_util
 from ovs import poller as ovs_poller
 from ovs import stream as ovs_stream
 
 from managers.base import WAIT_NOTICE
+
+from .tls import reason, ssl_members
 
 DATABASE = "OVN_Northbound"
 _BLOCK = 1 << 22
@@ -33,11 +41,19 @@ _SMALL = 1 << 20
 _PROBE = 5.0
 #: Seconds between looks at a connection that holds a lock and is otherwise idle.
 _LISTEN = 1.0
+#: Seconds to wait, after a TLS 1.3 handshake, for the server to accept or refuse the
+#: client's certificate (it answers at once; a server that sends no tickets costs this).
+_SETTLE = 1.0
 
 
 class ConnectionLost(Exception):
     """The connection failed or closed before the reply came: the request may or may not
     have been carried out."""
+
+
+class TlsFailed(ConnectionLost):
+    """The server was reached, but no TLS connection could be made with it: a certificate
+    one side does not trust, or a server that does not answer the handshake."""
 
 
 class Rpc:
@@ -49,9 +65,10 @@ class Rpc:
     server drops a connection that stays silent, and the lock with it.
     """
 
-    def __init__(self, remote: str, timeout: float) -> None:
+    def __init__(self, remote: str, timeout: float, tls: ssl.SSLContext | None = None) -> None:
         self.remote = remote
         self.timeout = timeout
+        self.tls = tls  # for an ssl: remote
         self.stream: Any = None
         self.pending = bytearray()  # received, not yet decoded
         self.next_id = 0
@@ -171,11 +188,7 @@ class Rpc:
             self.locks.discard(params[0])
 
     def _connect(self) -> None:
-        error, stream = ovs_stream.Stream.open_block(ovs_stream.Stream.open(self.remote),
-                                                     int(self.timeout * 1000))
-        if error:
-            raise ConnectionLost(f"cannot reach {self.remote}: {os.strerror(error)}")
-        self.stream = stream
+        self.stream = open_stream(self.remote, self.timeout, self.tls)
         self.pending = bytearray()
 
     def _send(self, data: bytes) -> None:
@@ -246,3 +259,107 @@ def _decode(buffer: bytearray) -> tuple[dict[str, Any], int] | None:
     if not isinstance(message, dict):
         raise ConnectionLost(f"unexpected message {text[:200]}")
     return message, len(buffer) if end == len(text) else len(text[:end].encode())
+
+
+# --- opening a connection -------------------------------------------------------------------
+
+
+def open_stream(remote: str, timeout: float, tls: ssl.SSLContext | None = None) -> Any:
+    """A connected OVS stream to one remote (connecting, and the TLS handshake, each within
+    `timeout` seconds). An ssl: remote is
+    connected with `tls`, and only once the server has answered a first request over it:
+    that is when a server that refuses the client's certificate says so (with TLS 1.3, after
+    the client's side of the handshake is done). Raises ConnectionLost, TlsFailed when the
+    server was reached but TLS failed."""
+    if remote.startswith("ssl:"):
+        if tls is None:
+            raise TlsFailed(f"{remote} needs a TLS client key, certificate and CA certificate")
+        return _open_tls(remote, timeout, tls)
+    error, stream = ovs_stream.Stream.open_block(ovs_stream.Stream.open(remote),
+                                                 int(timeout * 1000))
+    if error:
+        raise ConnectionLost(f"cannot reach {remote}: {os.strerror(error)}")
+    return stream
+
+
+def check_tls(remote: str, tls: ssl.SSLContext, timeout: float) -> None:
+    """Raise TlsFailed when TLS fails with an ssl: member of `remote` that can be reached;
+    done with the first one that works. (Members that cannot be reached are left to the
+    caller, which may find another.)"""
+    for member in ssl_members(remote):
+        try:
+            stream = open_stream(member, timeout, tls)
+        except TlsFailed:
+            raise
+        except ConnectionLost:
+            continue
+        stream.close()
+        return
+
+
+def _open_tls(remote: str, timeout: float, tls: ssl.SSLContext) -> Any:
+    host, port = ovs.socket_util.inet_parse_active(remote.split(":", 1)[1], 0, raises=False)
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise ConnectionLost(f"cannot reach {remote}: {why}") from exc
+    sock = tls.wrap_socket(raw, do_handshake_on_connect=False)
+    try:
+        _handshake(sock, remote, timeout)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return ovs_stream.SSLStream(sock, remote, 0)
+
+
+def _handshake(sock: ssl.SSLSocket, remote: str, timeout: float) -> None:
+    """The TLS handshake, and an echo request answered, within `timeout` seconds.
+
+    With TLS 1.3 the server checks the client's certificate after the client's side of the
+    handshake is done, and answers with session tickets or an alert saying why it refuses.
+    That answer is read before anything is sent: a request the server never reads would
+    make its kernel reset the connection, and the alert could be lost with it.
+    """
+    deadline = time.monotonic() + timeout
+    failed = f"TLS handshake with {remote} failed"
+    refused = "it may not accept this client's certificate: check sslCert and sslKey, and " \
+              "that the server trusts their CA"
+    received = bytearray()
+
+    def read() -> None:
+        data = sock.recv(_BLOCK)
+        if not data:
+            raise TlsFailed(f"{failed}: the server closed the connection ({refused})")
+        received.extend(data)
+
+    try:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.do_handshake()
+        if sock.version() == "TLSv1.3" and select.select(
+                [sock], [], [], min(_SETTLE, max(0.0, deadline - time.monotonic())))[0]:
+            sock.setblocking(False)
+            with contextlib.suppress(ssl.SSLWantReadError):  # tickets only
+                read()
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.sendall(b'{"id":"tls","method":"echo","params":[]}')
+        while _decode(received) is None:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            read()
+    except ssl.SSLCertVerificationError as exc:
+        raise TlsFailed(f"{failed}: certificate verify failed ({reason(exc)}): the server's "
+                        "certificate is not trusted here (check sslCaCert)") from exc
+    except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:
+        raise TlsFailed(f"{failed}: the server closed the connection ({refused})") from exc
+    except ssl.SSLError as exc:
+        why = reason(exc)
+        if "alert" in why and ("certificate" in why or "unknown ca" in why):  # the server's
+            raise TlsFailed(f"{failed}: the server refused this client's certificate ({why}); "
+                            "check sslCert and sslKey, and that the server trusts their CA"
+                            ) from exc
+        raise TlsFailed(f"{failed}: {why}") from exc
+    except TimeoutError as exc:
+        raise TlsFailed(f"TLS handshake with {remote} timed out after {timeout:g} s") from exc
+    except OSError as exc:
+        raise TlsFailed(f"{failed}: {exc.strerror or exc} ({refused})") from exc
