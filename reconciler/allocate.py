@@ -209,7 +209,8 @@ class _Allocator:
     def _provider_segments(self) -> set[int]:
         """ProviderNetworks' fixed segment ids: never handed to a tenant Subnet (on any
         physical network, as a segment of unknown network is held), nor taken from one."""
-        holders = {value: key for key, value in self.held.segments.items()}
+        holders = {value: key for key, value in self.held.segments.items()
+                   if not key.startswith(segment_key(None, ""))}  # provider ones: validated
         fixed: set[int] = set()
         for network in self.model.full.kind("ProviderNetwork"):
             segment = network.obj.spec.segment_id

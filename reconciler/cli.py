@@ -248,9 +248,16 @@ def _validate_target(paths: list[Path]) -> tuple[Path, set[str] | None]:
     """The repo to validate, and the repo files to report on (None: all of them)."""
     if not paths:
         return repo_root(Path.cwd()), None
-    if len(paths) == 1 and not paths[0].is_file():
+    if len(paths) == 1 and paths[0].is_dir():
         return paths[0], None
+    for path in paths:
+        if not path.is_file():
+            what = "a folder: give one folder, or files" if path.is_dir() else "no file"
+            raise UnetError(f"{path} is {what}")
     root = repo_root(paths[0].parent)
+    if not (root / "unet.yaml").is_file():
+        raise UnetError(f"{paths[0]} is not in a network repo: no unet.yaml in its folder "
+                        "or above")
     only = set()
     for path in paths:
         try:

@@ -339,9 +339,10 @@ def nb(args: argparse.Namespace) -> int:
                                                    resolve=True).items()
                 if isinstance(m, OvnManager)}
     if len(managers) != 1:
-        names = ", ".join(sorted(managers)) or "none"
-        print(f"unet: name the OVN NetworkManager with --manager (the repo has {names})",
-              file=sys.stderr)
+        which = " named so" if args.manager else ""
+        print(f"unet: the repo has several OVN NetworkManagers ({', '.join(sorted(managers))}):"
+              " name one with --manager" if managers else
+              f"unet: the repo has no OVN NetworkManager{which}", file=sys.stderr)
         return EXIT_ERROR
     config = next(iter(managers.values())).config
     command = args.nbctl[1:] if args.nbctl[:1] == ["--"] else args.nbctl

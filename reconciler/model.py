@@ -130,17 +130,20 @@ class Model:
 
     @cached_property
     def provider_cidrs(self) -> dict[tuple[str | None, str], set[str]]:
-        """(tenant, VirtualNetwork) → IPv4 CIDRs of the provider networks its workloads
-        attach to."""
+        """(tenant, VirtualNetwork) → what the provider networks its workloads attach to
+        reach without its router: their IPv4 CIDRs and the destinations of their routes."""
         out: dict[tuple[str | None, str], set[str]] = defaultdict(set)
         for workload in self.workloads:
             for attachment in workload.obj.spec.network_attachments:
-                if attachment.provider_network is None:
-                    continue
-                space = self.subnet_spaces(None, attachment.provider_network).get(4)
+                name = attachment.provider_network
+                network = self.get("ProviderNetwork", None, name) if name else None
+                space = self.subnet_spaces(None, name).get(4) if name else None
                 vn = self.network_of_workload(workload)
-                if space is not None and vn is not None:
-                    out[(workload.tenant, vn)].add(str(space.net))
+                if network is None or space is None or vn is None:
+                    continue
+                out[(workload.tenant, vn)] |= {str(space.net), *(
+                    r.destination for r in network.obj.spec.routes
+                    if ":" not in r.nexthop and netaddr.IPAddress(r.nexthop) in space.net)}
         return out
 
     def gateway_pools(self) -> list[tuple[str | None, str, str]]:

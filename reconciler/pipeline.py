@@ -22,7 +22,7 @@ from .diagnostics import Diagnostic, json_pointer
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change, diff
 from .errors import UnetError
 from .model import Model
-from .models import immutable_values
+from .models import WORKLOAD_KINDS, immutable_values
 from .objects import (
     TAG_IMMUTABLE,
     TAG_PROTECTED,
@@ -206,6 +206,9 @@ def changed_tenants(base: Validation, head: Validation) -> frozenset[str] | None
     moved += [m for key, m in after.items() if key not in before]
     tenants: set[str] = set()
     for manifest in moved:
+        if manifest.kind in WORKLOAD_KINDS and any(
+                a.provider_network for a in manifest.obj.spec.network_attachments):
+            return None  # its addresses are drawn beside other tenants'
         if manifest.obj.scope == "tenant" and manifest.tenant is not None:
             tenants.add(manifest.tenant)
         elif manifest.kind == "Tenant":
@@ -336,7 +339,7 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest],
             out.append(ResourcePlan(address, (NOOP,), "no backend objects"))
             continue
         actions, reason = resource_actions(owned, describe)
-        if all(c.after is None or c.after is c.before for c in owned):  # prune is off
+        if address not in head and all(c.after is c.before for c in owned):  # prune is off
             kept = "kept: removed from the repo, but prune is off"
             reason = kept if actions == (NOOP,) else f"{kept}; {reason}"
         out.append(ResourcePlan(address, actions, reason, owned))

@@ -105,6 +105,11 @@ def test_validate_files_reports_only_those_files(example_copy: Path) -> None:
                                    "tenants/acme/security-groups.yaml"}
     outside = unet(example_copy, "validate", "tenants/acme/network.yaml", str(ROOT / "README.md"))
     assert outside.returncode == 1 and "is not inside the network repo" in outside.stderr
+    for args, said in ((("tenants/acme", "unet.yaml"), "is a folder: give one folder, or files"),
+                       (("tenants/acme/nope.yaml",), "is no file"),
+                       ((str(ROOT / "README.md"),), "is not in a network repo: no unet.yaml")):
+        refused = unet(example_copy, "validate", *args)
+        assert refused.returncode == 1 and said in refused.stderr, (args, refused.stderr)
 
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     [hook] = hooks

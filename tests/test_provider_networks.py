@@ -10,7 +10,11 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from reconciler.pipeline import render_desired
+import yaml
+
+from reconciler.load import DEFAULT_MAX_FILE_BYTES, SourceFile
+from reconciler.pipeline import changed_tenants, plan_between, render_desired
+from reconciler.validate import ParsedFiles, validate_files
 
 from .support.ovnlab import OvnLab
 from .support.ovnrun import apply, dump, plan_json, row_named
@@ -198,8 +202,11 @@ def test_addresses_on_a_shared_network_are_unique_across_tenants() -> None:
                               (files["tenants/initech/nas-client.yaml"], "nas-client", 1)):
         vm = next(d for d in docs if d["metadata"]["name"] == name)
         vm["spec"]["networkAttachments"][index]["ipAddress"] = "192.168.50.150"
-    [(code, _file, path)] = _errors(files)
-    assert code == "ADDRESS_CONFLICT" and path.endswith("/ipAddress")
+    # Said on both claims: each tenant's own review (and pre-commit) sees it.
+    assert _errors(files) == {
+        ("ADDRESS_CONFLICT", BAREMETAL, "/spec/networkAttachments/2/ipAddress"),
+        ("ADDRESS_CONFLICT", "tenants/initech/nas-client.yaml",
+         "/spec/networkAttachments/1/ipAddress")}
 
 
 def test_a_network_without_a_nat_gateway_still_reaches_its_provider_networks() -> None:
@@ -211,7 +218,9 @@ def test_a_network_without_a_nat_gateway_still_reaches_its_provider_networks() -
     [no_egress] = [o for o in _rows(files).values() if o.table == "ACL"
                    and o.parent == ("Port_Group/globex/corp", "acls")
                    and o.fields["priority"] == 1003]
-    assert "192.168.50.0/24" in no_egress.fields["match"].split("ip4.dst != ")[1]
+    inside = no_egress.fields["match"].split("ip4.dst != ")[1]
+    assert "192.168.50.0/24" in inside, "the provider network itself"
+    assert "192.168.60.0/24" in inside, "and what its routes reach through its own router"
 
 
 def test_a_live_tenant_segment_is_never_taken_by_a_provider_network(
@@ -233,3 +242,80 @@ def test_a_live_tenant_segment_is_never_taken_by_a_provider_network(
     assert (conflict["file"], conflict["path"]) == (NETWORKS, "/spec/segmentId")
     assert apply(tmp_path, repo).returncode == 1
     assert dump(lab.nb_remote) == before
+
+
+def test_the_providers_own_hosts_are_never_handed_to_tenants() -> None:
+    """Without allocationRanges the whole CIDR is the tenants' to draw from, except what
+    unet knows to be the provider's: the first host, DNS and NTP servers, next hops."""
+    files = copy.deepcopy(EXAMPLE_FILES)
+    spec = _storage(files)["spec"]
+    del spec["allocationRanges"]
+    spec.update(dnsServers=["192.168.50.2"], ntpServers=["192.168.50.3"],
+                ipv6Cidr="fd50::/64", dhcp=False)
+    rows = _rows(files)
+    _mac, ip4, ip6 = rows["Logical_Switch_Port/globex/BaremetalInstance/db-metal/2"].fields[
+        "addresses"][0].split()
+    assert (ip4, ip6) == ("192.168.50.4", "fd50::2"), "past .1, .2, .3 and ::1"
+    for taken in ("192.168.50.1", "192.168.50.2", "192.168.50.3", "192.168.50.254"):
+        claimed = copy.deepcopy(files)
+        _db_metal(claimed)["spec"]["networkAttachments"][2]["ipAddress"] = taken
+        assert _errors(claimed) == {("ADDRESS_INVALID", BAREMETAL,
+                                     "/spec/networkAttachments/2/ipAddress")}, taken
+
+
+def test_provider_networks_keep_apart_from_pools_and_from_each_other() -> None:
+    files = copy.deepcopy(EXAMPLE_FILES)
+    files[NETWORKS].append(_doc("ProviderNetwork", "public-like", {
+        "region": "region-b", "segmentId": 301, "ipv4Cidr": "198.51.100.0/25",
+        "tenants": []}))
+    assert ("POOL_OVERLAP", NETWORKS, "/spec/ipv4Cidr") in _errors(files)
+
+    files = copy.deepcopy(EXAMPLE_FILES)
+    files[NETWORKS].append(_doc("ProviderNetwork", "storage-wide", {
+        "region": "region-b", "segmentId": 302, "ipv4Cidr": "192.168.50.0/23",
+        "tenants": ["globex"]}))
+    assert validate_memory(files).ok, "overlapping VLANs of the provider are its business"
+    _db_metal(files)["spec"]["networkAttachments"].append(
+        {"interface": "bmc0", "providerNetwork": "storage-wide"})
+    assert _errors(files) == {("PROVIDER_NETWORK_ATTACHMENT_INVALID", BAREMETAL,
+                               "/spec/networkAttachments/3/providerNetwork")}
+
+
+def test_a_pull_requests_plan_sees_other_tenants_addresses_on_a_provider_network() -> None:
+    """A PR plan renders only the tenants it touches, unless they attach to a provider
+    network: its addresses are shared, so a claim on one another tenant holds is caught
+    before the merge, not at the apply."""
+    base = copy.deepcopy(EXAMPLE_FILES)
+    _storage(base)["spec"]["tenants"] = ["globex", "initech"]
+    _initech_in_region_b(base, {"providerNetwork": "storage-b"})
+    head = copy.deepcopy(base)
+    head["tenants/initech/nas-client.yaml"].append(_doc("ComputeInstance", "nas-2", {
+        "networkAttachments": [{"subnet": "hosts", "primary": True},
+                               {"providerNetwork": "storage-b",
+                                "ipAddress": "192.168.50.100"}]}))  # db-metal's
+    parsed = ParsedFiles()  # as `unet plan --base`: unchanged files are shared
+    before, after = (_validated(files, parsed) for files in (base, head))
+    assert changed_tenants(before, after) is None, "every tenant is planned"
+    plan = plan_between(before, after, {})
+    [conflict] = [d for d in plan.diagnostics if d.code == "ADDRESS_CONFLICT"]
+    assert "held by BaremetalInstance/globex/db-metal" in conflict.message
+
+
+def _validated(files: Files, parsed: ParsedFiles) -> Any:
+    texts = {path: yaml.safe_dump_all(docs, sort_keys=False).encode()
+             for path, docs in files.items() if docs}
+    return validate_files(iter([SourceFile(path, len(text), lambda text=text: text)
+                                for path, text in sorted(texts.items())]),
+                          DEFAULT_MAX_FILE_BYTES, parsed)
+
+
+def test_one_vlan_id_on_two_physical_networks_plans_cleanly_after_apply(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    for name, physnet, cidr in (("dup-a", "physnet-storage", "192.168.70.0/24"),
+                                ("dup-b", "physnet-other", "192.168.71.0/24")):
+        append_doc(repo, NETWORKS, _doc("ProviderNetwork", name, {
+            "region": "region-b", "segmentId": 310, "physicalNetwork": physnet,
+            "ipv4Cidr": cidr, "tenants": []}))
+    assert apply(tmp_path, repo).returncode == 0
+    code, document = plan_json(tmp_path, repo)
+    assert code == 0, [d["message"] for d in document["diagnostics"]]

@@ -294,6 +294,39 @@ def check_provider_networks(ctx: Context) -> None:
                                  lambda _version, _field, _net: True, None)
         ctx.subnets[(None, network.name)] = spaces
         _check_segment_options(ctx, network, spaces)
+        _reserve_provider_hosts(spec, spaces)
+        _check_against_pools(ctx, network, spaces)
+
+
+def _check_against_pools(ctx: Context, network: Manifest,
+                         spaces: dict[int, AddressSpace]) -> None:
+    """A provider network is a network of the region: apart from its external pools."""
+    for version, space in spaces.items():
+        for pool in ctx.kind("ExternalIPPool"):
+            other = ctx.pools.get(pool.name)
+            if pool.obj.spec.region == network.obj.spec.region and other is not None \
+                    and other.net.version == version \
+                    and (space.net in other.net or other.net in space.net):
+                field = "ipv4Cidr" if version == 4 else "ipv6Cidr"
+                ctx.report("POOL_OVERLAP", network, ("spec", field),
+                           f"{space.net} overlaps ExternalIPPool '{pool.name}' ({other.net}) of "
+                           f"region {network.obj.spec.region}",
+                           "choose a CIDR outside the region's external pools")
+
+
+def _reserve_provider_hosts(spec: Any, spaces: dict[int, AddressSpace]) -> None:
+    """Addresses the provider's own hosts hold on its VLAN, as far as unet can know them:
+    the first host of each family (by convention the VLAN's router; DHCPv4 answers from
+    it), its DNS and NTP servers and its routes' next hops. None goes to a tenant."""
+    hosts = [*spec.dns_servers, *spec.ntp_servers, *(r.nexthop for r in spec.routes)]
+    for version, space in spaces.items():
+        if space.net.size > 2:
+            space.reserved.add(int(first_host(space.net)))
+        for text in hosts:
+            if netaddr.valid_ipv4(text) or netaddr.valid_ipv6(text):
+                address = netaddr.IPAddress(text)
+                if address.version == version and address in space.net:
+                    space.reserved.add(int(address))
 
 
 def _check_provider_segment(ctx: Context, network: Manifest, cls: Manifest) -> None:

@@ -92,7 +92,26 @@ def _check_attachments(ctx: Context, workload: Manifest, claims: Claims) -> str 
                        "exactly one must be", "set primary: true on one attachment")
     for index in provider:
         _check_provider_attachment(ctx, workload, index, vn_name, claims)
+    _check_provider_overlaps(ctx, workload, provider)
     return vn_name
+
+
+def _check_provider_overlaps(ctx: Context, workload: Manifest, provider: list[int]) -> None:
+    """Two provider networks of one workload with the same addresses: it could not route."""
+    attachments = workload.obj.spec.network_attachments
+    seen: list[tuple[str, netaddr.IPNetwork]] = []
+    for index in provider:
+        name = attachments[index].provider_network
+        for net in ctx.subnets.get((None, name), {}).values():
+            clash = next((other for other, theirs in seen if theirs.version == net.net.version
+                          and (net.net in theirs or theirs in net.net)), None)
+            if clash is not None and clash != name:
+                ctx.report("PROVIDER_NETWORK_ATTACHMENT_INVALID", workload,
+                           ("spec", "networkAttachments", index, "providerNetwork"),
+                           f"ProviderNetwork '{name}' ({net.net}) overlaps ProviderNetwork "
+                           f"'{clash}', which the workload attaches to as well",
+                           "a workload cannot route to two networks with the same addresses")
+            seen.append((name, net.net))
 
 
 def _check_port(ctx: Context, workload: Manifest, path: Path_, attachment: Any,
@@ -168,16 +187,15 @@ def _provider_attachment_problem(ctx: Context, workload: Manifest, index: int,
                                  ) -> tuple[str, str] | None:
     """(what is wrong, hint) with attaching `workload` to `network`, or None."""
     attachments = workload.obj.spec.network_attachments
-    primary = len(attachments) == 1 or attachments[index].primary
-    if primary:
-        return (f"ProviderNetwork '{network.name}' cannot be the primary attachment",
-                "attach the workload to a Subnet of its own network as primary, and the "
-                "provider network beside it")
     if workload.kind == "Cluster" or getattr(workload.obj.spec, "hosting_cluster", None):
         what = "a Cluster" if workload.kind == "Cluster" else "a VM on a hosting cluster"
         return (f"{what} cannot attach to a provider network: provider networks are "
                 "realised on the fabric only", "attach a ComputeInstance on the fabric or a "
                 "BaremetalInstance")
+    if len(attachments) == 1 or attachments[index].primary:
+        return (f"ProviderNetwork '{network.name}' cannot be the primary attachment",
+                "attach the workload to a Subnet of its own network as primary, and the "
+                "provider network beside it")
     if vn is None:
         return None  # the workload's own network is reported
     if network.obj.spec.region != vn.obj.spec.region:
@@ -245,7 +263,12 @@ def _claim(ctx: Context, claims: Claims, key: tuple[Any, ...], manifest: Manifes
     if first is None:
         claims[key] = (manifest, path)
         return
-    owner, _ = first
+    owner, owner_path = first
+    if key[1] is None and owner.tenant != manifest.tenant:  # on a provider network: both
+        ctx.report("ADDRESS_CONFLICT", owner, owner_path,  # tenants' reviews see it
+                   f"{shown} is also claimed by {manifest.ref} ({manifest.doc.file}:"
+                   f"{manifest.doc.line_of(path)}) on a shared provider network",
+                   "give each consumer its own address")
     ctx.report("ADDRESS_CONFLICT", manifest, path,
                f"{shown} is already claimed by {owner.ref} ({owner.doc.file}:"
                f"{owner.doc.line_of(first[1])})", "give each consumer its own address")
