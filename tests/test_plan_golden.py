@@ -315,6 +315,9 @@ def test_a_tenant_joins_a_provider_network(tmp_path: Path, example: Validation) 
     assert port["after"]["parent"] == ["Logical_Switch/None/storage-b", "ports"]
     assert port["after"]["refs"]["dhcpv4_options"] == ["DHCP_Options/None/storage-b/v4"]
     assert doc["exposure"]["rules_opened"] == [
+        {"rule": "provider network storage-b (shared by globex, initech, and the provider's "
+                 "hosts) to unet.initech.vm.nas-client.1, as far as its groups allow",
+         "owner": "ComputeInstance/initech/nas-client"},
         {"rule": "tcp port 22 from 192.168.50.0/24 to initech/lab-b/nas",
          "owner": "SecurityGroup/initech/nas"}]
 

@@ -716,6 +716,9 @@ def describe(obj: BackendObject) -> str:
 def exposure(obj: BackendObject, model: Model) -> Exposure | None:
     """What a row, as it is, opens to the outside: an allow rule (read back from its
     match, so drift counts too), or an address translation."""
+    shared = _provider_port(obj, model)
+    if shared is not None:
+        return Exposure("rule", {"rule": shared})
     if obj.table == "Load_Balancer":  # forwarded ports: address:port/protocol → target
         vips = obj.fields.get("vips") or {}
         protocol = obj.fields.get("protocol")
@@ -731,6 +734,20 @@ def exposure(obj: BackendObject, model: Model) -> Exposure | None:
     tenant, network = group.split("/")[:2]
     opened = acl_exposure(obj.fields, group, list(model.network_cidrs(tenant, network).values()))
     return Exposure("rule", {"rule": opened}) if opened else None
+
+
+def _provider_port(obj: BackendObject, model: Model) -> str | None:
+    """A workload's port on a provider network is reachable by every tenant on it (its
+    groups decide what passes): said as what it opens, naming who shares the VLAN."""
+    parent = obj.parent[0] if obj.parent is not None else ""
+    if obj.table != "Logical_Switch_Port" or obj.fields.get("type") != "" \
+            or not parent.startswith("Logical_Switch/None/"):
+        return None
+    name = parent.split("/", 2)[2]
+    network = model.get("ProviderNetwork", None, name)
+    who = ", ".join(network.obj.spec.tenants) if network is not None else "its tenants"
+    return (f"provider network {name} (shared by {who}, and the provider's hosts) to "
+            f"{obj.fields.get('name')}, as far as its groups allow")
 
 
 def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str | None:
