@@ -339,7 +339,8 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest],
             out.append(ResourcePlan(address, (NOOP,), "no backend objects"))
             continue
         actions, reason = resource_actions(owned, describe)
-        if address not in head and all(c.after is c.before for c in owned):  # prune is off
+        if all(c.after is None or c.after is c.before for c in owned) \
+                and not any(DELETE in c.actions for c in owned):  # prune is off: kept
             kept = "kept: removed from the repo, but prune is off"
             reason = kept if actions == (NOOP,) else f"{kept}; {reason}"
         out.append(ResourcePlan(address, actions, reason, owned))

@@ -380,3 +380,17 @@ def test_two_ovn_managers_may_not_share_a_northbound(example_copy: Path) -> None
     assert [(d.code, d.path) for d in problems] == [("PLUGIN_CONFIG_INVALID",
                                                      "/spec/config/northbound")]
     assert "NetworkManager 'ovn-b' uses the same backend as 'ovn'" in problems[0].message
+
+
+def test_with_prune_on_a_live_plan_says_removed_not_kept(lab: OvnLab, repo: Path,
+                                                          tmp_path: Path) -> None:
+    """What leaves the repo is deleted with prune on, and the plan says so (it said
+    "kept: … prune is off" of the deletions)."""
+    assert apply(tmp_path, repo).returncode == 0
+    (repo / "tenants" / "initech" / "compute.yaml").unlink()
+    code, document = plan_json(tmp_path, repo)
+    assert code == 2
+    [runner] = [r for r in document["resources"]
+                if r["address"] == "ComputeInstance/initech/ci-runner-1"]
+    assert runner["actions"] == ["delete"] and "kept" not in runner["reason"], runner
+    assert not [d for d in document["diagnostics"] if d["code"] == "PRUNE_DISABLED"]
