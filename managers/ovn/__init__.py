@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from reconciler.order import Step
 
     from .live import Northbound, OvnObservation
+    from .rpc import Timeouts
 
 _Name = Annotated[str, Field(min_length=1, max_length=63)]
 _REMOTE = r"((tcp|ssl):[^,]+:[0-9]+|unix:[^,]+)"
@@ -43,6 +44,16 @@ class OvnConfig(ManagerConfig):
     ssl_key: str | None = Field(None, description="Private key file for ssl: remotes")
     ssl_cert: str | None = Field(None, description="Certificate file for ssl: remotes")
     ssl_ca_cert: str | None = Field(None, description="CA certificate for ssl: remotes")
+    connect_timeout_seconds: float = Field(
+        10.0, gt=0, le=3600,
+        description="Seconds to connect to one Northbound server and have its first answer")
+    leader_timeout_seconds: float = Field(
+        30.0, gt=0, le=3600,
+        description="Seconds to wait for a clustered Northbound database to have a leader")
+    transaction_timeout_seconds: float = Field(
+        60.0, gt=0, le=86400,
+        description="Seconds one request (a read or a transaction) may take, whole reply "
+                    "included")
 
 
 class OvnManager(Manager):
@@ -81,9 +92,15 @@ class OvnManager(Manager):
             ssl = {k: v for k, v in (("sslKey", self.config.ssl_key),
                                      ("sslCert", self.config.ssl_cert),
                                      ("sslCaCert", self.config.ssl_ca_cert)) if v}
-            nb = Northbound(remote, ssl=ssl)
+            nb = Northbound(remote, self._timeouts(), ssl=ssl)
             stack.callback(nb.close)
             yield OvnSession(nb, self.manager, self.installation)
+
+    def _timeouts(self) -> Timeouts:
+        from .rpc import Timeouts
+
+        return Timeouts(self.config.connect_timeout_seconds, self.config.leader_timeout_seconds,
+                        self.config.transaction_timeout_seconds)
 
 
 class OvnSession(Session):
