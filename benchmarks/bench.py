@@ -981,7 +981,7 @@ print(json.dumps({"import_s": imported - start, "connect_s": connected - importe
 
 
 def compare_observe(fx: Fixture, repeat: int) -> Comparison:
-    """unet's observe (connect: the IDL downloads the tables; observe: our rows as objects),
+    """unet's observe (connect: the leader found, the schema read; observe: our rows as objects),
     in a fresh process, against `ovn-nbctl list` of the same 11 tables."""
     ensure_applied(fx)
     load = os.getloadavg()[0]
