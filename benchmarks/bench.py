@@ -8,6 +8,7 @@ and reports medians and how the cost grows with the size. See docs/performance.m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -62,6 +63,7 @@ class NbServer:
         self.db = root / "nb.db"
         self.socket = root / "nb.sock"
         self.pidfile = root / "nb.pid"
+        self.applied = False  # it holds the live repo, applied
 
     @property
     def remote(self) -> str:
@@ -86,6 +88,7 @@ class NbServer:
                        check=True, capture_output=True)
         if self.pid() is None or not self.socket.exists():
             raise BenchError(f"ovsdb-server did not start; see {self.root / 'nb.log'}")
+        self.applied = False
 
     def pid(self) -> int | None:
         try:
@@ -106,23 +109,10 @@ class NbServer:
     def cpu_s(self) -> float:
         """The server's CPU time so far (user + system), 0 when it is not running."""
         pid = self.pid()
-        if pid is None:
-            return 0.0
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0 if pid is None else _cpu_s(pid)
 
     def peak_mib(self) -> float:
-        pid = self.pid()
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-        except (OSError, ValueError):
-            pass
-        return 0.0
+        return _peak_mib(self.pid())
 
     def nbctl(self, *args: str) -> str:
         result = subprocess.run(["ovn-nbctl", f"--db={self.remote}", *args],
@@ -152,6 +142,78 @@ def _ovsdb_value(value: Any) -> Any:
     return value
 
 
+class ClusterServer(NbServer):
+    """An empty OVN Northbound database of three ovsdb-servers in one Raft cluster
+    (tests/support/ovncluster.py), in `root`: the same questions as NbServer, answered
+    for the members together (CPU time summed, memory the largest)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.cluster: Any = None
+
+    @property
+    def remote(self) -> str:
+        return self.cluster.remote if self.cluster is not None else ""
+
+    def start(self) -> None:
+        from tests.support.ovncluster import ClusterError, OvnCluster
+
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            self.cluster = OvnCluster(self.root)
+            self.cluster.start()
+        except ClusterError as exc:
+            self.stop()
+            raise BenchError(f"the 3-member cluster did not start: {exc}") from exc
+        self.applied = False
+
+    def stop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
+    def _pids(self) -> list[int]:
+        members = self.cluster.members if self.cluster is not None else []
+        return [pid for pid in (m.pid() for m in members) if pid is not None]
+
+    def pid(self) -> int | None:
+        """A member's pid while every member runs; None otherwise."""
+        pids = self._pids()
+        return pids[0] if self.cluster is not None and len(pids) == len(self.cluster.members) \
+            else None
+
+    def cpu_s(self) -> float:
+        return sum(_cpu_s(pid) for pid in self._pids())
+
+    def peak_mib(self) -> float:
+        return max((_peak_mib(pid) for pid in self._pids()), default=0.0)
+
+    def elections(self) -> int:
+        """Elections the members' logs record (one at the start; more: a leader change)."""
+        members = self.cluster.members if self.cluster is not None else []
+        return max((m.log.read_text(errors="replace").count("starting election")
+                    for m in members if m.log.exists()), default=0)
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_mib(pid: int | None) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
 # --- one size: its repos, its server, and the children run on them ----------------------------
 
 
@@ -164,10 +226,27 @@ class Fixture:
     live: Path  # the same repo for the live stages: northbound ${UNET_BENCH_NORTHBOUND},
     #             reconcile: repair
     scratch: Path
-    nb: NbServer
+    nb: NbServer  # the backend of the stage being measured: one of `servers`
     meta: dict[str, Any]
-    applied: bool = False  # the server holds the live repo, applied
     drifted: int = 0  # rows the last drift changed or deleted
+    servers: dict[str, NbServer] = field(default_factory=dict)  # by Stage.backend
+
+    @property
+    def applied(self) -> bool:
+        return self.nb.applied
+
+    @applied.setter
+    def applied(self, value: bool) -> None:
+        self.nb.applied = value
+
+    @contextlib.contextmanager
+    def backend(self, name: str) -> Iterator[None]:
+        """The stages in the block run against `servers[name]`."""
+        before, self.nb = self.nb, self.servers[name]
+        try:
+            yield
+        finally:
+            self.nb = before
 
     def env(self) -> dict[str, str]:
         source = str(Path(__file__).resolve().parent.parent)
@@ -270,6 +349,7 @@ class Stage:
     sources: tuple[str, ...] = ("folder", "rev")
     heavy: bool = False
     title: str = ""
+    backend: str = "standalone"  # or "cluster": three ovsdb-servers in one Raft cluster
 
 
 def _validate_argv(fx: Fixture, rev: str | None) -> list[str]:
@@ -453,7 +533,16 @@ STAGES: dict[str, Stage] = {
                              prepare=_prepare_drift, verify=_verify_no_changes,
                              sources=("folder",), heavy=True,
                              title="reconcile --once repairing 1% drift (reconcile: repair)"),
+    "apply-cluster": Stage(_live_argv("apply"), _check_apply, prepare=_prepare_apply,
+                           sources=("folder",), heavy=True, backend="cluster",
+                           title="initial apply to an empty 3-member Northbound cluster"),
+    "reconcile-noop-cluster": Stage(_live_argv("reconcile"), _check_reconcile("ok"),
+                                    prepare=_prepare_reconcile_noop, sources=("folder",),
+                                    heavy=True, backend="cluster",
+                                    title="reconcile --once, nothing to do, on the cluster"),
 }
+#: Clustered stages and the standalone stage each is compared with.
+CLUSTERED = {"apply-cluster": "apply", "reconcile-noop-cluster": "reconcile-noop"}
 SOURCES: dict[str, str | None] = {"folder": None, "rev": "HEAD"}
 
 
@@ -488,6 +577,11 @@ class Result:
 def measure(stage: str, source: str, fx: Fixture, repeat: int) -> Result:
     """Run one stage `repeat` times; the medians (a run that is not clean makes it not ok)."""
     spec = STAGES[stage]
+    with fx.backend(spec.backend):
+        return _measure(stage, spec, source, fx, repeat)
+
+
+def _measure(stage: str, spec: Stage, source: str, fx: Fixture, repeat: int) -> Result:
     runs: list[Run] = []
     outcomes: list[Outcome] = []
     load = os.getloadavg()[0]
@@ -887,7 +981,7 @@ print(json.dumps({"import_s": imported - start, "connect_s": connected - importe
 
 
 def compare_observe(fx: Fixture, repeat: int) -> Comparison:
-    """unet's observe (connect: the IDL downloads the tables; observe: our rows as objects),
+    """unet's observe (connect: the leader found, the schema read; observe: our rows as objects),
     in a fresh process, against `ovn-nbctl list` of the same 11 tables."""
     ensure_applied(fx)
     load = os.getloadavg()[0]
@@ -930,7 +1024,22 @@ def compare_observe(fx: Fixture, repeat: int) -> Comparison:
              f"{middle['observe_s']:.2f} s; unet cpu is the whole process")
 
 
-COMPARISONS = ("schema", "nbctl", "observe")
+def compare_cluster(fx: Fixture, clustered: Result, standalone: Result) -> Comparison:
+    """A stage on the 3-member cluster against the same stage on one server, measured in
+    the same run (their figures are in the stages' tables too)."""
+    cluster = fx.servers.get("cluster")
+    elections = cluster.elections() if isinstance(cluster, ClusterServer) else 0
+    return Comparison(
+        f"{standalone.stage}: 3-member cluster vs standalone", fx.tenants,
+        f"{clustered.stage}: three ovsdb-servers in one Raft cluster, unix sockets",
+        f"{standalone.stage}: one standalone ovsdb-server",
+        clustered.wall_s, clustered.cpu_s, standalone.wall_s, standalone.cpu_s,
+        clustered.server_cpu_s, standalone.server_cpu_s, ok=clustered.ok and standalone.ok,
+        note=f"NB cpu is the 3 members' together; {elections} election(s) in the members' "
+             "logs (1: no leader change)", load=clustered.load)
+
+
+COMPARISONS = ("schema", "nbctl", "observe", "cluster")
 
 
 # --- where the time goes ----------------------------------------------------------------------
@@ -948,6 +1057,11 @@ class Profile:
 
 def profile_stage(stage: str, fx: Fixture, work: Path) -> Profile | None:
     """Run one stage once more under pyinstrument; its call tree and its top costs."""
+    with fx.backend(STAGES[stage].backend):
+        return _profile_stage(stage, fx, work)
+
+
+def _profile_stage(stage: str, fx: Fixture, work: Path) -> Profile | None:
     spec = STAGES[stage]
     if _tool("pyinstrument") is None:
         print("pyinstrument is not installed (pip install -e '.[bench]'): no profile",
@@ -1323,12 +1437,16 @@ def run_benchmark(args: argparse.Namespace, work: Path) -> Report:
         scratch = work / "scratch" / str(tenants)
         scratch.mkdir(parents=True, exist_ok=True)
         nb = NbServer(Path(tempfile.mkdtemp(prefix="unet-nb-")))
-        fx = Fixture(tenants, repo, live, scratch, nb, meta)
+        servers = {"standalone": nb}
+        if any(STAGES[stage].backend == "cluster" for stage in args.stages):
+            servers["cluster"] = ClusterServer(Path(tempfile.mkdtemp(prefix="unet-cl-")))
+        fx = Fixture(tenants, repo, live, scratch, nb, meta, servers=servers)
         try:
             _measure_size(args, fx, work, report)
         finally:
-            nb.stop()
-            shutil.rmtree(nb.root, ignore_errors=True)
+            for server in servers.values():
+                server.stop()
+                shutil.rmtree(server.root, ignore_errors=True)
     add_growth(report.results)
     busy = [r for r in report.results if r.load > (os.cpu_count() or 1) / 2]
     if busy:
@@ -1343,7 +1461,7 @@ def _measure_size(args: argparse.Namespace, fx: Fixture, work: Path, report: Rep
     compare = list(args.compare)
     if fx.tenants > args.full_max:  # a large size: once per stage, the cheap comparison only
         light = heavy = 1
-        compare = [c for c in compare if c == "observe"]
+        compare = [c for c in compare if c in ("observe", "cluster")]
     here: dict[tuple[str, str], Result] = {}
     for stage in args.stages:
         spec = STAGES[stage]
@@ -1365,6 +1483,11 @@ def _measure_size(args: argparse.Namespace, fx: Fixture, work: Path, report: Rep
         smallest = fx.tenants == min(args.sizes)
         report.comparisons.append(compare_nbctl(fx, here.get(("apply", "folder")), heavy,
                                                 check_equal=smallest))
+    if "cluster" in compare:
+        for clustered, standalone in CLUSTERED.items():
+            pair = here.get((clustered, "folder")), here.get((standalone, "folder"))
+            if pair[0] is not None and pair[1] is not None:
+                report.comparisons.append(compare_cluster(fx, *pair))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -76,3 +76,26 @@ def bench(bench_template: Path, lab, tmp_path: Path) -> Path:
     shutil.copytree(bench_template, target)
     use_northbound(target, lab.nb_remote)
     return target
+
+
+#: Tenants of the generated repo the cluster tests apply: about 2,500 rows in four waves,
+#: each apply a few seconds, so that a dozen leader kills stay within a minute or two.
+CLUSTER_TENANTS = 16
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    """Three ovsdb-servers of one OVN_Northbound Raft cluster, on unix sockets."""
+    from .support.ovncluster import OvnCluster
+
+    with OvnCluster(tmp_path / "cl") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def cluster_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from benchmarks.generate import generate_repo
+
+    target = tmp_path_factory.mktemp("cluster") / "repo"
+    generate_repo(target, CLUSTER_TENANTS)
+    return target

@@ -1,6 +1,7 @@
 """The benchmark harness (benchmarks/bench.py) on a tiny installation: every stage runs
 clean, the pull request plans changes, the drift is repaired, and the ovn-nbctl script
-loads exactly the rows unet applies (unet plans no change after it)."""
+loads exactly the rows unet applies (unet plans no change after it), and the live stages
+run on a 3-member cluster too."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_every_stage_and_comparison_runs_clean(tmp_path: Path) -> None:
     require_ovn()
     out = tmp_path / "bench.json"
     code = bench.main(["--sizes", "2", "--repeat", "1", "--profile-size", "0",
-                       "--compare", "nbctl,observe", "--work", str(tmp_path / "work"),
+                       "--compare", "nbctl,observe,cluster", "--work", str(tmp_path / "work"),
                        "--json", str(out)])
     report = json.loads(out.read_text())
     assert code == 0, report
@@ -48,8 +49,11 @@ def test_every_stage_and_comparison_runs_clean(tmp_path: Path) -> None:
     drift = next(r for r in report["results"] if r["stage"] == "reconcile-drift")
     assert drift["note"].startswith("applied")
     names = [c["name"] for c in report["comparisons"]]
-    assert names == ["observe vs ovn-nbctl list", "initial apply vs ovn-nbctl script"]
+    assert names == ["observe vs ovn-nbctl list", "initial apply vs ovn-nbctl script",
+                     "apply: 3-member cluster vs standalone",
+                     "reconcile-noop: 3-member cluster vs standalone"]
     assert "same rows" in report["comparisons"][1]["note"]
+    assert all(c["ok"] for c in report["comparisons"])
     markdown = tmp_path / "figures.md"
     assert bench.main(["--combine", str(out), "--markdown", str(markdown)]) == 0
     assert "**reconcile-drift**" in markdown.read_text()

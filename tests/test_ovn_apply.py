@@ -466,8 +466,9 @@ def test_lost_replies_and_backend_restart_mid_apply(
     total = sum(map(len, bench_desired.values()))
 
     def drop_connections() -> None:
-        # The client loses the reply of a transaction that did commit; ovsdbapp runs the
-        # same transaction again on a new connection.
+        # The client loses the reply of a transaction that did commit; on a new
+        # connection, with its lock again, it finds the generation that transaction set
+        # and goes on without sending it twice.
         subprocess.run(["ovs-appctl", "-t", str(lab.root / "nb.ctl"),
                         "ovsdb-server/reconnect"], capture_output=True, check=True)
 

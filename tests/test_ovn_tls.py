@@ -199,28 +199,3 @@ def test_missing_or_unusable_tls_files_are_named_before_connecting(
     assert result.returncode == 1
     assert "PLUGIN_CONFIG_INVALID plugin 'ovn' rejected its config: 'sslKey' is a required " \
            "property" in result.stdout + result.stderr
-
-
-def test_one_server_with_two_sets_of_files_at_once_is_refused(ca_a: Authority,
-                                                              ca_b: Authority) -> None:
-    """The IDL's streams find their context by the server's address: two managers naming
-    one server with different files could not both be served."""
-    from managers.ovn.tls import TlsConfigError, TlsFiles, _context_for, serving
-
-    first, second = ca_a.issue("client"), ca_b.issue("client")
-    files_a = TlsFiles(str(first.key), str(first.cert), str(first.ca_cert))
-    files_b = TlsFiles(str(second.key), str(second.cert), str(second.ca_cert))
-    context_a, context_b = files_a.context(), files_b.context()
-    refused = re.escape("ssl:127.0.0.1:9 is used with other certificates by another "
-                        "NetworkManager")
-    with serving("ssl:127.0.0.1:9", files_a, context_a):
-        with serving("tcp:127.0.0.1:8,ssl:127.0.0.1:9", files_a, files_a.context()):
-            assert _context_for("127.0.0.1:9") is context_a  # the same files: shared
-        assert _context_for("127.0.0.1:9") is context_a
-        with pytest.raises(TlsConfigError, match=refused), \
-                serving("ssl:127.0.0.1:9", files_b, context_b):
-            pass
-        assert _context_for("127.0.0.1:9") is context_a
-    assert _context_for("127.0.0.1:9") is None
-    with serving("ssl:127.0.0.1:9", files_b, context_b):  # once the first let go
-        assert _context_for("127.0.0.1:9") is context_b

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from reconciler.order import Step
 
     from .live import Northbound, OvnObservation
+    from .rpc import Timeouts
     from .tls import TlsFiles
 
 _Name = Annotated[str, Field(min_length=1, max_length=63)]
@@ -85,6 +86,16 @@ class OvnConfig(ManagerConfig):
         if self.ssl_key and self.ssl_cert and self.ssl_ca_cert:
             return TlsFiles(self.ssl_key, self.ssl_cert, self.ssl_ca_cert)
         return None
+    connect_timeout_seconds: float = Field(
+        10.0, gt=0, le=3600,
+        description="Seconds to connect to one Northbound server and have its first answer")
+    leader_timeout_seconds: float = Field(
+        30.0, gt=0, le=3600,
+        description="Seconds to wait for a clustered Northbound database to have a leader")
+    transaction_timeout_seconds: float = Field(
+        60.0, gt=0, le=86400,
+        description="Seconds one request (a read or a transaction) may take, whole reply "
+                    "included")
 
 
 class OvnManager(Manager):
@@ -120,29 +131,29 @@ class OvnManager(Manager):
         with contextlib.ExitStack() as stack:
             if remote == "embedded":
                 remote = stack.enter_context(EmbeddedNorthbound(workdir)).remote
-            tls = stack.enter_context(self._tls(remote))
-            nb = Northbound(remote, tls=tls)
+            nb = Northbound(remote, self._timeouts(), tls=self._tls(remote))
             stack.callback(nb.close)
             yield OvnSession(nb, self.manager, self.installation)
 
-    @contextlib.contextmanager
-    def _tls(self, remote: str) -> Iterator[ssl.SSLContext | None]:
-        """This manager's TLS context for its ssl: servers, registered for the IDL's streams
-        while connected (tls.py: the OVS library's own SSL settings are one per process)."""
+    def _tls(self, remote: str) -> ssl.SSLContext | None:
+        """This manager's own TLS context for its ssl: servers (tls.py: the OVS library's
+        SSL settings are one per process)."""
         from .fence import OvnError
-        from .tls import TlsConfigError, serving, ssl_members
+        from .tls import TlsConfigError, ssl_members
 
         files = self.config.tls_files()
         if files is None or not ssl_members(remote):
-            yield None
-            return
-        with contextlib.ExitStack() as stack:
-            try:
-                context = files.context()
-                stack.enter_context(serving(remote, files, context))
-            except TlsConfigError as exc:
-                raise OvnError(f"NetworkManager {self.manager}: {exc}") from exc
-            yield context
+            return None
+        try:
+            return files.context()
+        except TlsConfigError as exc:
+            raise OvnError(f"NetworkManager {self.manager}: {exc}") from exc
+
+    def _timeouts(self) -> Timeouts:
+        from .rpc import Timeouts
+
+        return Timeouts(self.config.connect_timeout_seconds, self.config.leader_timeout_seconds,
+                        self.config.transaction_timeout_seconds)
 
 
 class OvnSession(Session):

@@ -14,6 +14,12 @@ lock again and reads the generation: still its own, nothing happened (the lost
 transaction did not commit); the one it was setting, the lost transaction did commit;
 anything else, another run wrote meanwhile, and this run stops without writing anything
 more. Like any OVSDB transaction, each is all or nothing.
+
+In a cluster, each member keeps its own locks: two runs connected to different members
+could both hold the lock. unet connects to the leader, and the generation keeps even
+that case safe: writes are serialised by the leader, and a run's write fails unless the
+generation is still the one that run set last. Every transaction carries a comment
+naming the run, which `ovsdb-tool show-log` shows.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import tenacity
 from managers.base import BackendLocked
 from reconciler.errors import UnetError
 
-from .rpc import ConnectionLost, Rpc
+from .rpc import ConnectionLost, Rpc, Unreachable
 
 LOCK_HOLDER_TAG = "unet:lock-holder:"
 GENERATION_TAG = "unet:generation:"
@@ -66,6 +72,7 @@ class Fence:
         self.row: str | None = None  # NB_Global's UUID
         self.generation: str | None = None  # the value this run last set
         self.pending: str | None = None  # the value a write with unknown outcome sets
+        self.me = f"{socket.gethostname()} pid {os.getpid()}"
 
     @property
     def rpc(self) -> Rpc:
@@ -80,7 +87,21 @@ class Fence:
 
     # -- reading ----------------------------------------------------------------------------
     def read(self, operations: list[dict[str, Any]]) -> list[Any]:
-        """The rows of each select (no lock needed)."""
+        """The rows of each select. While this run holds the lock, a lost connection is made
+        again, to the leader, and the read done again once the lock is back and nobody else
+        has written meanwhile (`regain`)."""
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                return self._read(operations)
+            except OvnError as exc:
+                if not isinstance(exc.__cause__, ConnectionLost) or not self.held \
+                        or self.generation is None or self.pending is not None \
+                        or time.monotonic() > deadline:
+                    raise
+            self.regain()
+
+    def _read(self, operations: list[dict[str, Any]]) -> list[Any]:
         try:
             results = self.rpc.transact(operations)
         except ConnectionLost as exc:
@@ -91,10 +112,12 @@ class Fence:
             raise OvnError(f"reading the OVN Northbound database failed: {problems[0]}")
         return [r["rows"] for r in results]
 
-    def tags(self) -> tuple[str | None, dict[str, str]]:
-        """NB_Global's UUID (None: there is no row yet) and its external_ids."""
-        [found] = self.read([{"op": "select", "table": "NB_Global", "where": [],
-                              "columns": ["_uuid", "external_ids"]}])
+    def tags(self, again: bool = True) -> tuple[str | None, dict[str, str]]:
+        """NB_Global's UUID (None: there is no row yet) and its external_ids (`again`: after
+        a lost connection, as `read` does)."""
+        [found] = (self.read if again else self._read)([{
+            "op": "select", "table": "NB_Global", "where": [],
+            "columns": ["_uuid", "external_ids"]}])
         if not found:
             return None, {}
         return found[0]["_uuid"][1], dict(found[0]["external_ids"][1])
@@ -103,29 +126,49 @@ class Fence:
     def acquire(self, timeout: float, waiting: Callable[[str], None] = lambda _text: None
                 ) -> None:
         """Take the lock (waiting up to `timeout`, telling `waiting` who holds it), name
-        this run its holder, and start a generation of this run's own."""
+        this run its holder, and start a generation of this run's own. A connection lost
+        meanwhile (the leader changed, say) is made again, within `timeout`."""
         self.lock_timeout = timeout
+        deadline = time.monotonic() + timeout
 
         def still_waiting() -> None:
             holder = self.tags()[1].get(LOCK_HOLDER_TAG + self.name, "holder unknown")
             waiting(f"waiting for the lock {self.name} held by {holder} (up to {timeout:g} s)")
 
-        try:
-            granted = self.rpc.lock(self.name, timeout, still_waiting)
+        def take() -> bool:
+            try:
+                if not self.rpc.lock(self.name, max(0.0, deadline - time.monotonic()),
+                                     still_waiting):
+                    return False
+                self._start_generation()
+                return True
+            except (ConnectionLost, OvnError):
+                self.held = False
+                self.close()
+                raise
+
+        try:  # again after a lost connection; not when no server (or leader) can be reached
+            granted = tenacity.Retrying(
+                stop=tenacity.stop_after_delay(timeout), wait=tenacity.wait_fixed(0.2),
+                retry=tenacity.retry_if_exception(_lost))(take)
+        except tenacity.RetryError as exc:
+            cause = exc.last_attempt.exception()
+            raise OvnError(f"cannot take the lock {self.name}: {cause}") from cause
         except ConnectionLost as exc:
-            self.close()
             raise OvnError(f"cannot take the lock {self.name}: {exc}") from exc
         if not granted:
             holder = self.tags()[1].get(LOCK_HOLDER_TAG + self.name, "holder unknown")
             raise LockTimeout(f"another unet run holds the lock {self.name} ({holder}); waited "
                               f"{timeout:g} s — try again later or raise --lock-timeout")
+
+    def _start_generation(self) -> None:
+        """Just granted the lock: this run is its holder, with a generation of its own."""
         self.held = True
-        me = f"{socket.gethostname()} pid {os.getpid()} since " \
-             f"{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        me = f"{self.me} since {datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
         generation = _token()
         self._set({LOCK_HOLDER_TAG + self.name: me, GENERATION_TAG + self.installation:
-                   generation})
-        self.row, self.generation = self.tags()[0], generation
+                   generation}, "takes the lock")
+        self.row, self.generation = self.tags(again=False)[0], generation
 
     def release(self) -> None:
         """Clear the holder tag and give the lock back (best effort: a lost connection has
@@ -135,15 +178,16 @@ class Fence:
         self.held = False
         try:
             if self._rpc is not None and self.name in self._rpc.locks:
-                self._set({LOCK_HOLDER_TAG + self.name: None})
+                self._set({LOCK_HOLDER_TAG + self.name: None}, "lets go of the lock")
                 self._rpc.unlock(self.name)
         except (ConnectionLost, OvnError):
             self.close()
 
-    def _set(self, tags: dict[str, str | None]) -> None:
+    def _set(self, tags: dict[str, str | None], what: str) -> None:
         """Set (None: clear) NB_Global tags, asserting only the lock."""
-        row, _tags = self.tags()
-        operations: list[dict[str, Any]] = [{"op": "assert", "lock": self.name}]
+        row, _tags = self.tags(again=False)
+        operations: list[dict[str, Any]] = [{"op": "assert", "lock": self.name},
+                                            self._comment(what)]
         if row is None:
             operations.append({"op": "insert", "table": "NB_Global", "row": {
                 "external_ids": ["map", sorted([k, v] for k, v in tags.items() if v)]}})
@@ -170,7 +214,8 @@ class Fence:
         assert self.generation is not None and self.row is not None, "acquire() first"
         following = _token()
         guarded = [{"op": "assert", "lock": self.name}, self._still(), *operations,
-                   _set_tags(self.row, {GENERATION_TAG + self.installation: following})]
+                   _set_tags(self.row, {GENERATION_TAG + self.installation: following}),
+                   self._comment("writes")]
         self.pending = following
         try:
             results = self.rpc.transact(guarded)
@@ -185,7 +230,11 @@ class Fence:
         if not any(isinstance(r, dict) and r.get("error") for r in results):
             self.generation = following
         self.pending = None
-        return results[2:2 + len(operations)] + results[3 + len(operations):]
+        return results[2:2 + len(operations)] + results[4 + len(operations):]
+
+    def _comment(self, what: str) -> dict[str, str]:
+        """Who wrote a transaction, for people reading the database's log."""
+        return {"op": "comment", "comment": f"unet {self.installation}: {self.me} {what}"}
 
     def _still(self) -> dict[str, Any]:
         """A `wait` that fails unless the generation is still the one this run set."""
@@ -207,7 +256,7 @@ class Fence:
             if not self.rpc.lock(self.name, max(0.0, deadline - time.monotonic())):
                 raise LockTimeout(f"lost the lock {self.name} and could not take it again "
                                   f"within {self.lock_timeout:g} s; nothing more was written")
-            self.row, tags = self.tags()
+            self.row, tags = self.tags(again=False)
             return tags
 
         try:  # the server may be restarting: again every 0.2 s, up to the lock timeout
@@ -235,6 +284,13 @@ class Fence:
                                f"{when} (its generation in NB_Global changed); nothing more "
                                "was written by this run. Plan again: the next plan starts "
                                "from what is there now")
+
+
+def _lost(exc: BaseException) -> bool:
+    """A connection that was made and then lost (not one that could not be made)."""
+    while exc is not None and not isinstance(exc, ConnectionLost):
+        exc = exc.__cause__  # type: ignore[assignment]
+    return isinstance(exc, ConnectionLost) and not isinstance(exc, Unreachable)
 
 
 def _set_tags(row: str | None, tags: dict[str, str | None]) -> dict[str, Any]:

@@ -6,15 +6,14 @@ their parent's column; OVSDB drops them when no parent holds them, so nothing
 can be orphaned. A wave of steps is one transaction (large waves are split);
 every transaction's result is checked.
 
-Two connections. ovsdbapp's IDL finds the leader of a cluster and gives the
-schema; it never loads a row (its conditions match none). Everything else goes
-over a connection of unet's own (`rpc.py`) to the server the IDL chose: plain
-OVSDB `transact` requests read the installation's rows with one `select` and
-write each wave as one transaction of insert/update/delete/mutate operations
-built from the plan, and the same connection holds the installation's lock,
-which every write asserts (`fence.py`). The IDL would convert every value of
-every row twice (to its own types and back), which cost more than the server's
-own work.
+One connection of unet's own (`rpc.py`), to the leader of a cluster (the only
+server of a standalone database): it gives the schema, plain OVSDB `transact`
+requests read the installation's rows with one `select` and write each wave as
+one transaction of insert/update/delete/mutate operations built from the plan,
+and it holds the installation's lock, which every write asserts (`fence.py`).
+When it is lost (the leader died, say), it is made again to the new leader. An
+OVS IDL would convert every value of every row twice (to its own types and
+back), which cost more than the server's own work.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ovs.db.schema
-from ovsdbapp.backend.ovs_idl import connection, idlutils
 
 from managers.base import ApplyOutcome, Observation, ProgressFactory
 from reconciler.diff import Change
@@ -41,7 +39,7 @@ from reconciler.order import Step
 
 from .fence import ConcurrentWrite, Fence, Interrupted, LockTimeout, OvnError
 from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
-from .rpc import Rpc, TlsFailed, check_tls
+from .rpc import ConnectionLost, Rpc, Timeouts, TlsFailed
 
 __all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "OvnError", "OvnObservation"]
 
@@ -75,34 +73,20 @@ class OvnObservation(Observation):
 class Northbound:
     """One connection to an OVN Northbound database."""
 
-    def __init__(self, remote: str, timeout: float = 60.0,
+    def __init__(self, remote: str, timeouts: Timeouts | None = None,
                  tls: ssl.SSLContext | None = None) -> None:
-        """`tls`: the context for ssl: remotes (see tls.py; the IDL's streams take it from
-        `tls.serving`)."""
+        """`tls`: this manager's context for ssl: remotes (tls.py)."""
         self.remote = remote
-        self.timeout = timeout
+        self.timeouts = timeouts or Timeouts()
         self.tls = tls
-        _check_tls(remote, tls, timeout)
-        try:
-            helper = idlutils.get_schema_helper(remote, "OVN_Northbound")
-        except Exception as exc:  # ovsdbapp raises a bare Exception when it cannot connect
-            raise OvnError(f"cannot reach the OVN Northbound database at {remote}: {exc}") \
-                from exc
-        schema = ovs.db.schema.DbSchema.from_json(helper.schema_json)
+        if tls is None and (remote.startswith("ssl:") or ",ssl:" in remote):
+            raise OvnError("an ssl: remote needs sslKey, sslCert and sslCaCert in the ovn "
+                           "config")
+        self._first: Rpc | None = Rpc(remote, self.timeouts, tls)  # kept for the first fence
+        schema = self._schema()
+        self.db = schema  # its tables' column types decode and encode values
         self.schema = {name: table.columns for name, table in schema.tables.items()}
         self.holding = _holding_columns(schema)
-        for table, columns in _COLUMNS.items():
-            helper.register_columns(table, list(columns))
-        self.idl = connection.OvsdbIdl(remote, helper, leader_only=True)
-        for table in MANAGED_COLUMNS:
-            self.idl.cond_change(table, [False])  # rows are read and written with Rpc
-        self.idl.cooperative_yield = lambda: None  # type: ignore[method-assign]
-        self.conn = connection.Connection(self.idl, timeout)
-        try:
-            self.conn.start()
-        except Exception as exc:
-            raise OvnError(f"cannot sync with the OVN Northbound database at {remote}: "
-                           f"{exc}") from exc
         self.fences: dict[str, Fence] = {}  # per installation: its lock and writes
         # While applying: our rows, key → (table, UUID), and the keys of those inserted.
         self.uuids: dict[str, tuple[str, str]] = {}
@@ -111,7 +95,21 @@ class Northbound:
     def close(self) -> None:
         for fence in self.fences.values():
             fence.close()
-        self.conn.stop(timeout=5)
+        if self._first is not None:
+            self._first.close()
+
+    def _schema(self) -> ovs.db.schema.DbSchema:
+        """The server's schema, read on the first connection."""
+        assert self._first is not None
+        try:
+            return ovs.db.schema.DbSchema.from_json(self._first.schema())
+        except TlsFailed as exc:  # it names the server and what failed
+            self._first.close()
+            raise OvnError(str(exc)) from exc
+        except ConnectionLost as exc:
+            self._first.close()
+            raise OvnError(f"cannot reach the OVN Northbound database at {self.remote}: "
+                           f"{exc}") from exc
 
     def fence(self, installation: str) -> Fence:
         """The connection that reads, writes and holds the lock for `installation`."""
@@ -120,10 +118,9 @@ class Northbound:
         return self.fences[installation]
 
     def _connect(self) -> Rpc:
-        """unet's own connection, to the server the IDL chose (a cluster's leader)."""
-        with self.conn.lock:
-            remote = self.idl._session.get_name()
-        return Rpc(remote, self.timeout, self.tls)
+        """unet's own connection, to a cluster's leader (made when first used)."""
+        rpc, self._first = self._first or Rpc(self.remote, self.timeouts, self.tls), None
+        return rpc
 
     # -- observe ----------------------------------------------------------------------------
     def observe(self, installation: str, manager: str) -> OvnObservation:
@@ -137,7 +134,7 @@ class Northbound:
         inside = _foreign_inside(ours, self.holding, keys[0])
         described = self._describe(installation, {child for found in inside.values()
                                                   for child in found})
-        return _observe(self.idl, ours, names, manager, keys, inside, described)
+        return _observe(self.db, ours, names, manager, keys, inside, described)
 
     def _describe(self, installation: str, children: set[tuple[str, str]]) -> dict[str, str]:
         """UUID → how people know each of these rows of others (one request for all)."""
@@ -208,7 +205,7 @@ class Northbound:
         """One transaction; after a lost connection, again unless it did commit."""
         fence = self.fence(installation)
         while True:
-            wave = _Wave(steps, changes, self.uuids, self.inserted, installation, self.idl,
+            wave = _Wave(steps, changes, self.uuids, self.inserted, installation, self.db,
                          self.holding)
             if not wave.operations:
                 return
@@ -290,20 +287,6 @@ class Northbound:
                     return
 
 
-def _check_tls(remote: str, tls: ssl.SSLContext | None, timeout: float) -> None:
-    """Before the IDL connects: TLS with the ssl: servers works, or a clear error naming the
-    server and what failed (the IDL would only say that it cannot get the schema)."""
-    if tls is None:
-        if remote.startswith("ssl:") or ",ssl:" in remote:
-            raise OvnError("an ssl: remote needs sslKey, sslCert and sslCaCert in the ovn "
-                           "config")
-        return
-    try:
-        check_tls(remote, tls, timeout)
-    except TlsFailed as exc:
-        raise OvnError(str(exc)) from exc
-
-
 def _chunks(items: list[Step], size: int) -> Iterator[list[Step]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -357,7 +340,7 @@ def _foreign_inside(ours: dict[str, list[dict[str, Any]]], holding: dict[str, di
     return out
 
 
-def _observe(idl: Any, ours: dict[str, list[dict[str, Any]]],
+def _observe(db: Any, ours: dict[str, list[dict[str, Any]]],
              names: dict[str, list[dict[str, Any]]], manager: str,
              keys: tuple[dict[str, str], dict[str, tuple[str, str]]],
              inside: dict[str, list[tuple[str, str]]], described: dict[str, str]) -> OvnObservation:
@@ -373,7 +356,7 @@ def _observe(idl: Any, ours: dict[str, list[dict[str, Any]]],
                       for table in PARENT_COLUMNS for row in ours[table]
                       for child_table, child in inside.get(row["_uuid"][1], ())
                       if child_table not in NAMED_TABLES)
-    objects = [_object(idl, table, row, key_of, parent_of, manager,
+    objects = [_object(db, table, row, key_of, parent_of, manager,
                        tuple(sorted(described[c] for _t, c in inside.get(row["_uuid"][1], ()))))
                for table in sorted(ours) for row in ours[table] if row["_uuid"][1] in key_of]
     foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
@@ -425,11 +408,11 @@ def _keys(ours: dict[str, list[dict[str, Any]]]
     return key_of, uuids
 
 
-def _object(idl: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
+def _object(db: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
             parent_of: dict[str, tuple[str, str]], manager: str,
             holds: tuple[str, ...]) -> BackendObject:
     uuid = row["_uuid"][1]
-    fields = {name: decode(row[name]) for name, decode in _decoders(idl, table)}
+    fields = {name: decode(row[name]) for name, decode in _decoders(db, table)}
     refs = {}
     for column in REF_COLUMNS.get(table, ()):
         keys = tuple(sorted(key_of.get(t, f"foreign:{t}") for t in _atoms(row[column])))
@@ -446,11 +429,11 @@ def _object(idl: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
 _DECODERS: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
 
 
-def _decoders(idl: Any, table: str) -> list[tuple[str, Callable[[Any], Any]]]:
+def _decoders(db: Any, table: str) -> list[tuple[str, Callable[[Any], Any]]]:
     """Per managed column, the function that decodes its values (chosen once per table)."""
     found = _DECODERS.get(table)
     if found is None:
-        schema = idl.tables[table].columns
+        schema = db.tables[table].columns
         found = _DECODERS[table] = [(name, _decoder(schema[name].type))
                                     for name in MANAGED_COLUMNS[table]]
     return found
@@ -496,12 +479,12 @@ class _Wave:
 
     def __init__(self, steps: list[Step], changes: dict[str, Change],
                  uuids: dict[str, tuple[str, str]], inserted: set[str], installation: str,
-                 idl: Any, holding: dict[str, dict[str, str]]) -> None:
+                 db: Any, holding: dict[str, dict[str, str]]) -> None:
         self.uuids = uuids
         self.holding = holding
         self.inserted = inserted  # rows inserted by earlier transactions of this apply
         self.installation = installation
-        self.tables = idl.tables
+        self.tables = db.tables
         self.names: dict[str, str] = {}  # key → uuid-name of the rows inserted here
         self.new_tables: dict[str, str] = {}  # key → table of the rows inserted here
         self.deleted: list[str] = []

@@ -7,6 +7,10 @@ with the cyclic garbage collector paused (it would scan the new objects again
 and again and find nothing). The OVS stream classes carry the bytes, so tcp:, ssl:
 and unix: remotes all work; an ssl: connection is made here (`open_stream`), with
 the manager's own TLS context (tls.py).
+
+Given several remotes (a cluster), the connection goes to the cluster's leader: a
+follower's OVSDB locks are its own (another client can hold the same lock on another
+member at the same time) and its reads may be stale. Every wait is bounded (`Timeouts`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ovs.socket_util
@@ -29,7 +34,7 @@ from ovs import stream as ovs_stream
 
 from managers.base import WAIT_NOTICE
 
-from .tls import reason, ssl_members
+from .tls import reason
 
 DATABASE = "OVN_Northbound"
 _BLOCK = 1 << 22
@@ -56,6 +61,19 @@ class TlsFailed(ConnectionLost):
     one side does not trust, or a server that does not answer the handshake."""
 
 
+class Unreachable(ConnectionLost):
+    """No connection could be made: no server answered, or none was the leader in time."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """How long to wait, in seconds (the ovn config's `…TimeoutSeconds`)."""
+
+    connect: float = 10.0  # to connect to one server and have its first answer
+    leader: float = 30.0  # for a cluster to have a leader (during an election, say)
+    transaction: float = 60.0  # for the whole reply to one request
+
+
 class Rpc:
     """One connection; one request at a time. It also holds OVSDB locks: a lock belongs
     to the connection that asked for it, and ends with it.
@@ -65,10 +83,13 @@ class Rpc:
     server drops a connection that stays silent, and the lock with it.
     """
 
-    def __init__(self, remote: str, timeout: float, tls: ssl.SSLContext | None = None) -> None:
-        self.remote = remote
-        self.timeout = timeout
-        self.tls = tls  # for an ssl: remote
+    def __init__(self, remote: str, timeouts: Timeouts,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.remotes = [part.strip() for part in remote.split(",")]
+        self.remote = self.remotes[0]  # the one connected to (or last tried)
+        self.timeouts = timeouts
+        self.heard = 0.0  # when the server last sent anything (monotonic)
+        self.tls = tls  # for ssl: remotes
         self.stream: Any = None
         self.pending = bytearray()  # received, not yet decoded
         self.next_id = 0
@@ -153,22 +174,34 @@ class Rpc:
                 self.busy.release()
         self.listener = None
 
-    def _request(self, method: str, params: list[Any]) -> Any:
-        self.next_id += 1
-        reply = self._call({"id": self.next_id, "method": method, "params": params},
-                           self.next_id)
-        if reply.get("error") is not None:
-            raise ConnectionLost(f"the server refused the request: {reply['error']}")
-        return reply.get("result")
+    def schema(self) -> Any:
+        """The database's schema, as JSON."""
+        with self.busy:
+            return self._request("get_schema", [DATABASE])
 
-    def _call(self, request: dict[str, Any], request_id: int) -> dict[str, Any]:
+    def _request(self, method: str, params: list[Any]) -> Any:
         if self.stream is None:
             self._connect()
+        seconds = self.timeouts.transaction
+        reply = self._call(method, params, seconds, f"no reply from {self.remote} within "
+                           f"{seconds:g} s to a {method} request (transactionTimeoutSeconds)")
+        if reply.get("error") is not None:
+            raise ConnectionLost(f"{self.remote} refused the request: {reply['error']}")
+        return reply.get("result")
+
+    def _call(self, method: str, params: list[Any], seconds: float,
+              silence: str) -> dict[str, Any]:
+        """The reply to one request, within `seconds` (else ConnectionLost(`silence`))."""
+        self.next_id += 1
+        request_id = self.next_id
+        deadline = time.monotonic() + seconds
         try:
-            self._send(json.dumps(request).encode())
+            self._send(json.dumps({"id": request_id, "method": method,
+                                   "params": params}).encode(), deadline)
             while True:
-                message = self._receive()
-                assert message is not None
+                message = self._receive(deadline=deadline)
+                if message is None:
+                    raise ConnectionLost(silence)
                 if message.get("id") == request_id and "method" not in message:
                     return message
                 self._handle(message)
@@ -188,11 +221,64 @@ class Rpc:
             self.locks.discard(params[0])
 
     def _connect(self) -> None:
-        self.stream = open_stream(self.remote, self.timeout, self.tls)
-        self.pending = bytearray()
+        """A connection to the cluster's leader (a standalone server is its own), trying the
+        remotes in turn: up to the leader timeout while some server answers, at once when
+        none can be reached."""
+        deadline = time.monotonic() + self.timeouts.leader
+        while True:
+            problems, answered = [], False
+            for remote in self.remotes:
+                try:
+                    self._open(remote)
+                    problem = self._not_leader()
+                except TlsFailed:
+                    raise  # the certificates, not the server's health: no other member helps
+                except ConnectionLost as exc:
+                    problems.append(str(exc))
+                    continue
+                if problem is None:
+                    return
+                self._drop()
+                problems.append(f"{remote} {problem}")
+                answered = True
+            if not answered:
+                raise Unreachable("; ".join(problems))
+            if time.monotonic() >= deadline:
+                raise Unreachable(f"no leader among {', '.join(self.remotes)} within "
+                                     f"{self.timeouts.leader:g} s (leaderTimeoutSeconds): "
+                                     + "; ".join(problems))
+            time.sleep(0.2)
 
-    def _send(self, data: bytes) -> None:
+    def _open(self, remote: str) -> None:
+        self.remote = remote
+        self.stream = open_stream(remote, self.timeouts.connect, self.tls)
+        self.pending = bytearray()
+        self.heard = time.monotonic()
+
+    def _not_leader(self) -> str | None:
+        """Why the server just connected to will not do (None: it will), from its _Server
+        database; its first answer is due within the connect timeout."""
+        reply = self._call("transact", ["_Server", {
+            "op": "select", "table": "Database", "where": [["name", "==", DATABASE]],
+            "columns": ["model", "connected", "leader"]}], self.timeouts.connect,
+            f"{self.remote} accepted the connection but did not answer within "
+            f"{self.timeouts.connect:g} s (connectTimeoutSeconds)")
+        result = reply.get("result")
+        if reply.get("error") is not None or not isinstance(result, list) or not result \
+                or "rows" not in result[0]:
+            return None  # no _Server database: an old standalone server
+        if not result[0]["rows"]:
+            return f"has no {DATABASE} database"
+        row = result[0]["rows"][0]
+        if row.get("model") != "clustered":
+            return None
+        if not row.get("connected"):
+            return "is not connected to its cluster"
+        return None if row.get("leader") else "is not the cluster's leader"
+
+    def _send(self, data: bytes, deadline: float | None = None) -> None:
         view = memoryview(data)
+        deadline = deadline or time.monotonic() + self.timeouts.transaction
         while view:
             self.stream.run()
             sent = self.stream.send(view.tobytes() if len(view) <= _BLOCK
@@ -200,19 +286,26 @@ class Rpc:
             if sent > 0:
                 view = view[sent:]
             elif sent == 0 or -sent == errno.EAGAIN:
-                self._wait(self.stream.send_wait)
+                if time.monotonic() > deadline:
+                    raise ConnectionLost(f"{self.remote} took nothing more for "
+                                         f"{self.timeouts.transaction:g} s "
+                                         "(transactionTimeoutSeconds)")
+                self._wait(self.stream.send_wait, deadline - time.monotonic())
             else:
                 raise ConnectionLost(f"sending to {self.remote}: {os.strerror(-sent)}")
 
-    def _receive(self, until: float | None = None) -> dict[str, Any] | None:
-        """The next whole JSON message; None once `until` (a monotonic time) has passed.
+    def _receive(self, until: float | None = None,
+                 deadline: float | None = None) -> dict[str, Any] | None:
+        """The next whole JSON message; None once `until` or `deadline` (monotonic times)
+        has passed.
 
-        Waiting longer than the timeout for a message is a lost connection; while waiting
-        `until` a later time, an echo every few seconds keeps the connection talking.
+        While waiting `until` a time (for news, such as a lock), an echo every few seconds
+        keeps the connection talking, and a server that has sent nothing for the
+        transaction timeout is a lost connection.
         """
         buffer = self.pending
-        deadline = time.monotonic() + self.timeout
-        probe = time.monotonic() + _PROBE
+        every = min(_PROBE, self.timeouts.transaction / 3)  # probes answered well in time
+        probe = time.monotonic() + every
         while True:
             if buffer.endswith(b"}") and (len(buffer) < _SMALL or buffer.endswith(_REPLY_END)):
                 decoded = _decode(buffer)
@@ -224,28 +317,32 @@ class Rpc:
             error, data = self.stream.recv(_BLOCK)
             if error == errno.EAGAIN:
                 now = time.monotonic()
-                if until is not None and now > until:
+                if (until is not None and now > until) or (deadline is not None
+                                                           and now > deadline):
                     return None
-                if now > deadline:
-                    raise ConnectionLost(f"no reply from {self.remote} in {self.timeout:g} s")
+                if until is not None and now > self.heard + self.timeouts.transaction:
+                    raise ConnectionLost(f"{self.remote} answered nothing for "
+                                         f"{self.timeouts.transaction:g} s "
+                                         "(transactionTimeoutSeconds)")
                 if until is not None and now > probe:
                     self._send(json.dumps({"id": "probe", "method": "echo",
                                            "params": []}).encode())
-                    probe = now + _PROBE
-                self._wait(self.stream.recv_wait, min(until or deadline, deadline) - now)
+                    probe = now + every
+                wake = [t for t in (until, deadline, probe if until else None) if t]
+                self._wait(self.stream.recv_wait, min(wake, default=now + every) - now)
             elif error:
                 raise ConnectionLost(f"reading from {self.remote}: {os.strerror(error)}")
             elif not data:
                 raise ConnectionLost(f"{self.remote} closed the connection")
             else:
                 buffer += data
-                deadline = time.monotonic() + self.timeout
+                self.heard = time.monotonic()
 
-    def _wait(self, wait_for: Any, seconds: float | None = None) -> None:
+    def _wait(self, wait_for: Any, seconds: float) -> None:
         poller = ovs_poller.Poller()
         self.stream.run_wait(poller)
         wait_for(poller)
-        poller.timer_wait(max(1, int(min(seconds or self.timeout, _PROBE) * 1000)))
+        poller.timer_wait(max(1, int(min(seconds, _PROBE) * 1000)))
         poller.block()
 
 
@@ -280,21 +377,6 @@ def open_stream(remote: str, timeout: float, tls: ssl.SSLContext | None = None) 
     if error:
         raise ConnectionLost(f"cannot reach {remote}: {os.strerror(error)}")
     return stream
-
-
-def check_tls(remote: str, tls: ssl.SSLContext, timeout: float) -> None:
-    """Raise TlsFailed when TLS fails with an ssl: member of `remote` that can be reached;
-    done with the first one that works. (Members that cannot be reached are left to the
-    caller, which may find another.)"""
-    for member in ssl_members(remote):
-        try:
-            stream = open_stream(member, timeout, tls)
-        except TlsFailed:
-            raise
-        except ConnectionLost:
-            continue
-        stream.close()
-        return
 
 
 def _open_tls(remote: str, timeout: float, tls: ssl.SSLContext) -> Any:
