@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, UnetError
 from ..load import DEFAULT_MAX_FILE_BYTES
 from .history import DEFAULT_STATE_DIR, HISTORY_FILE, read_history
 from .metrics import DEFAULT_METRICS_PORT, PORT_FILE
@@ -72,6 +73,10 @@ def add_parser(commands: Any) -> None:
                         help="only this NetworkManager (repeatable; default: all)")
     parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="how long to wait for another run's lock (default 60)")
+    parser.add_argument("--webhook-secret-env", metavar="NAME",
+                        help="serve POST /hooks/git on the metrics port: a Git push webhook "
+                             "signed with the secret in this environment variable makes the "
+                             "daemon fetch at once (GitHub: content type application/json)")
     parser.add_argument("--replicas", action="store_true",
                         help="the daemon is one of several replicas: one is elected active "
                              "and applies, the others stand by (standby on /readyz)")
@@ -99,7 +104,8 @@ def command(args: argparse.Namespace) -> int:
     from .loop import Reconciler, Serving, once, serve
 
     reconciler = Reconciler(options_of(args))
-    serving = Serving(args.metrics_address, args.metrics_port, args.interval, args.jitter)
+    serving = Serving(args.metrics_address, args.metrics_port, args.interval, args.jitter,
+                      _webhook_secret(args.webhook_secret_env))
     if args.once:
         return once(reconciler, serving, args.detailed_exitcode)
     return serve(reconciler, serving)
@@ -127,3 +133,13 @@ def history_command(args: argparse.Namespace) -> int:
               f"{run.get('result', ''):8}  {plan:13}  {run.get('drift', 0):>5}  "
               f"{run.get('duration', 0):>7.1f}s  {run.get('message', '')}")
     return EXIT_OK
+
+
+def _webhook_secret(name: str | None) -> bytes | None:
+    if name is None:
+        return None
+    secret = os.environ.get(name, "")
+    if not secret:
+        raise UnetError(f"--webhook-secret-env {name}: the environment variable is not set "
+                        "(or empty); it holds the secret the webhook's sender signs with")
+    return secret.encode()

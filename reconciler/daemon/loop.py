@@ -336,6 +336,7 @@ class Serving:
     metrics_port: int | None = None  # once: only when given; the daemon: the default port
     interval: float = 300.0
     jitter: float = 0.1  # each interval varies by up to this fraction
+    webhook_secret: bytes | None = None  # serve POST /hooks/git, signed with it
 
 
 def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> int:
@@ -379,6 +380,7 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     reconciler.state_dir.mkdir(parents=True, exist_ok=True)
     metrics = Metrics()
+    metrics.webhook_secret = serving.webhook_secret
     port = DEFAULT_METRICS_PORT if serving.metrics_port is None else serving.metrics_port
     server = listen(metrics, serving.metrics_address, port, reconciler.state_dir)
     options = reconciler.options
@@ -396,7 +398,9 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
             log_line(run)
             heap.after_run()
             delay = serving.interval * (1 + random.uniform(-serving.jitter, serving.jitter))
-            _wait(stop, reconciler.election, max(delay, 0.0))
+            wakes = [metrics.wake] + ([reconciler.election.became_active]
+                                      if reconciler.election is not None else [])
+            _wait(stop, wakes, max(delay, 0.0))
     finally:
         if reconciler.election is not None:
             reconciler.election.stop()
@@ -408,14 +412,14 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
     return EXIT_OK
 
 
-def _wait(stop: threading.Event, election: Election | None, seconds: float) -> None:
-    """Until the next run: the interval, or less when this replica becomes active."""
-    if election is None:
-        stop.wait(seconds)
-        return
+def _wait(stop: threading.Event, wakes: list[threading.Event], seconds: float) -> None:
+    """Until the next run: the interval, or less when something asks for a run now (a
+    verified webhook, this replica becoming active)."""
     deadline = time.monotonic() + seconds
     while not stop.is_set() and time.monotonic() < deadline:
-        if election.became_active.is_set():
-            election.became_active.clear()
+        woken = [event for event in wakes if event.is_set()]
+        for event in woken:
+            event.clear()
+        if woken:
             return
         stop.wait(min(0.2, deadline - time.monotonic()))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UnetError
+from . import webhook
 from .history import APPLIED, DRIFT, ERROR, LOCKED, OK, RESULTS, STANDBY, Run, write_atomic
 
 DEFAULT_METRICS_PORT = 9610
@@ -59,6 +60,10 @@ class Metrics:
         self.active = Gauge(p + "active", "1: this replica is active (applies); 0: it stands "
                             "by (another replica is active)", registry=registry)
         self.active.set(1)
+        self.webhooks = Counter(p + "webhooks", "Git webhooks received, by result "
+                                "(triggered, refused, ping)", ["result"], registry=registry)
+        self.wake = threading.Event()  # a verified webhook: run now
+        self.webhook_secret: bytes | None = None  # None: no webhook endpoint
         self.ready = False
         self.role = "active"  # one replica alone is active; with --replicas, elected
         self.last = "none"
@@ -126,6 +131,27 @@ def serve_metrics(metrics: Metrics, address: str, port: int) -> Any:
                 self._send(200 if metrics.ready else 503, body, "application/json")
             else:
                 self._send(404, b"not found: try /metrics, /healthz or /readyz\n", "text/plain")
+
+        def do_POST(self) -> None:
+            if self.path.split("?", 1)[0] != webhook.PATH or metrics.webhook_secret is None:
+                self._send(404, b"not found\n", "text/plain")
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if not 0 <= length <= webhook.MAX_BODY:
+                self._send(413, b"payload too large\n", "text/plain")
+                return
+            body = self.rfile.read(length)
+            if not webhook.verified(metrics.webhook_secret, body,
+                                    self.headers.get(webhook.SIGNATURE_HEADER)):
+                metrics.webhooks.labels("refused").inc()
+                self._send(401, b"signature missing or wrong\n", "text/plain")
+            elif self.headers.get("X-GitHub-Event") == "ping":
+                metrics.webhooks.labels("ping").inc()
+                self._send(200, b"pong\n", "text/plain")
+            else:
+                metrics.webhooks.labels("triggered").inc()
+                metrics.wake.set()
+                self._send(202, b"fetching\n", "text/plain")
 
         def _send(self, status: int, body: bytes, kind: str) -> None:
             self.send_response(status)

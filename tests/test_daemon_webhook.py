@@ -1,0 +1,110 @@
+"""`POST /hooks/git` (issue 17's webhook): a signed push webhook makes the daemon fetch and
+apply at once, although its interval is an hour; a forged one is refused and triggers
+nothing; without --webhook-secret-env there is no endpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from .support.gitops import add_instance, commit_all, git, ovn_only_repo
+from .test_gitops_daemon import _env, history, stopped_at_end, wait_until
+
+SECRET = b"s3cret-of-the-test"
+
+
+def _post(port: int, body: bytes, signature: str | None, event: str = "push") -> int:
+    headers = {"Content-Type": "application/json", "X-GitHub-Event": event}
+    if signature is not None:
+        headers["X-Hub-Signature-256"] = signature
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/hooks/git", data=body,
+                                     headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def _signed(body: bytes, secret: bytes = SECRET) -> str:
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def test_a_signed_push_webhook_makes_the_daemon_apply_at_once(tmp_path: Path) -> None:
+    work = ovn_only_repo(tmp_path / "work", mode="repair")
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(work, "init", "-q", "-b", "main")
+    git(work, "remote", "add", "origin", str(origin))
+    first = commit_all(work, "base")
+    git(work, "push", "-q", "origin", "main")
+    daemon_dir, state = tmp_path / "daemon", tmp_path / "state"
+    daemon_dir.mkdir()
+    err = daemon_dir / "daemon.err"
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler.cli", "reconcile", "--repo", str(origin),
+             "--interval", "1h", "--metrics-port", "0", "--metrics-address", "127.0.0.1",
+             "--state-dir", str(state), "--webhook-secret-env", "UNET_TEST_HOOK"],
+            cwd=daemon_dir, env={**_env(), "UNET_TEST_HOOK": SECRET.decode()},
+            stdout=subprocess.DEVNULL, stderr=stderr)
+    with stopped_at_end(proc):
+        port = int(wait_until("the metrics port", lambda: (state / "metrics.port").exists()
+                              and (state / "metrics.port").read_text().strip(), proc, err))
+        wait_until("the first revision applied", lambda: any(
+            r["revision"] == first and r["result"] == "applied" for r in history(state)),
+            proc, err)
+
+        add_instance(work, "web-9")
+        second = commit_all(work, "web-9")
+        git(work, "push", "-q", "origin", "main")
+        body = json.dumps({"ref": "refs/heads/main", "after": second}).encode()
+
+        assert _post(port, body, None) == 401
+        assert _post(port, body, _signed(body, b"not the secret")) == 401
+        assert _post(port, body, _signed(body + b" ")) == 401
+        assert _post(port, body, _signed(body), event="ping") == 200
+        time.sleep(2)
+        assert not any(r["revision"] == second for r in history(state)), \
+            "refused or ping webhooks trigger nothing"
+
+        sent = time.monotonic()
+        assert _post(port, body, _signed(body)) == 202
+        wait_until("the pushed revision applied", lambda: any(
+            r["revision"] == second and r["result"] == "applied" for r in history(state)),
+            proc, err, timeout=30)
+        assert time.monotonic() - sent < 30, "an hour's interval, applied at once"
+
+
+def test_without_a_secret_there_is_no_endpoint_and_a_missing_secret_is_said(
+        tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    missing = subprocess.run(
+        [sys.executable, "-m", "reconciler.cli", "reconcile", "--path", str(tmp_path),
+         "--webhook-secret-env", "UNET_TEST_HOOK_UNSET"], cwd=tmp_path,
+        env={k: v for k, v in _env().items() if k != "UNET_TEST_HOOK_UNSET"},
+        capture_output=True, text=True, timeout=60, check=False)
+    assert missing.returncode == 1
+    assert "--webhook-secret-env UNET_TEST_HOOK_UNSET: the environment variable is not set" \
+        in missing.stderr
+    work = ovn_only_repo(tmp_path / "work")
+    err = tmp_path / "daemon.err"
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler.cli", "reconcile", "--path", str(work),
+             "--interval", "1h", "--metrics-port", "0", "--metrics-address", "127.0.0.1",
+             "--state-dir", str(state)], cwd=tmp_path, env=_env(),
+            stdout=subprocess.DEVNULL, stderr=stderr)
+    with stopped_at_end(proc):
+        port = int(wait_until("the metrics port", lambda: (state / "metrics.port").exists()
+                              and (state / "metrics.port").read_text().strip(), proc, err))
+        body = b"{}"
+        assert _post(port, body, _signed(body)) == 404
