@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -108,3 +109,24 @@ def test_without_a_secret_there_is_no_endpoint_and_a_missing_secret_is_said(
                               and (state / "metrics.port").read_text().strip(), proc, err))
         body = b"{}"
         assert _post(port, body, _signed(body)) == 404
+
+
+def test_a_malformed_request_is_refused_without_a_traceback(tmp_path: Path) -> None:
+    work, state, err = ovn_only_repo(tmp_path / "work"), tmp_path / "state", tmp_path / "err"
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reconciler.cli", "reconcile", "--path", str(work),
+             "--interval", "1h", "--metrics-port", "0", "--metrics-address", "127.0.0.1",
+             "--state-dir", str(state), "--webhook-secret-env", "UNET_TEST_HOOK"],
+            cwd=tmp_path, env={**_env(), "UNET_TEST_HOOK": SECRET.decode()},
+            stdout=subprocess.DEVNULL, stderr=stderr)
+    with stopped_at_end(proc):
+        port = int(wait_until("the metrics port", lambda: (state / "metrics.port").exists()
+                              and (state / "metrics.port").read_text().strip(), proc, err))
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            conn.sendall(b"POST /hooks/git HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n"
+                         b"X-Hub-Signature-256: sha256=00\r\n\r\n")
+            assert conn.recv(200).startswith(b"HTTP/1.0 400")
+        assert _post(port, b"x" * 100, _signed(b"x" * 100)) == 202  # still serving
+        time.sleep(0.5)
+        assert "Traceback" not in err.read_text()

@@ -136,9 +136,11 @@ def serve_metrics(metrics: Metrics, address: str, port: int) -> Any:
             if self.path.split("?", 1)[0] != webhook.PATH or metrics.webhook_secret is None:
                 self._send(404, b"not found\n", "text/plain")
                 return
-            length = int(self.headers.get("Content-Length") or 0)
+            text = self.headers.get("Content-Length") or "0"
+            length = int(text) if text.isdigit() else -1
             if not 0 <= length <= webhook.MAX_BODY:
-                self._send(413, b"payload too large\n", "text/plain")
+                self._send(413 if length > 0 else 400, b"a body of up to 1 MiB, with its "
+                           b"Content-Length\n", "text/plain")
                 return
             body = self.rfile.read(length)
             if not webhook.verified(metrics.webhook_secret, body,
