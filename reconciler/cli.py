@@ -343,8 +343,9 @@ def _cmd_codes(args: argparse.Namespace) -> int:
     if args.markdown:
         sys.stdout.write(codes_markdown())
     else:
+        width = max(map(len, CODES))
         for code, info in CODES.items():
-            print(f"{code:32} {info.severity:8} {info.when}")
+            print(f"{code:{width}} {info.severity:8} {info.when}")
     return EXIT_OK
 
 
