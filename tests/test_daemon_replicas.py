@@ -14,22 +14,26 @@ from pathlib import Path
 
 from .support.gitops import add_instance, ovn_only_repo
 from .support.ovnlab import OvnLab
-from .test_gitops_daemon import get, history, metric, metrics, spawn, stopped_at_end, wait_until
+from .test_gitops_daemon import (
+    get,
+    history,
+    metric,
+    metrics,
+    metrics_port,
+    spawn,
+    stopped_at_end,
+    wait_until,
+)
 
 
 def _replica(tmp_path: Path, repo: Path, name: str
-             ) -> tuple[subprocess.Popen[bytes], Path, Path, Path]:
+             ) -> tuple[subprocess.Popen[bytes], Path, Path]:
     state = tmp_path / f"state-{name}"
     proc, _out, err = spawn(tmp_path, "reconcile", "--path", str(repo), "--replicas",
                             "--interval", "1s", "--jitter", "0", "--lock-timeout", "5",
                             "--metrics-port", "0", "--metrics-address", "127.0.0.1",
                             "--state-dir", str(state), name=name)
-    return proc, err, state, state / "metrics.port"
-
-
-def _port(proc: subprocess.Popen[bytes], err: Path, port_file: Path) -> int:
-    return int(wait_until("the metrics port", lambda: port_file.exists()
-                          and port_file.read_text().strip(), proc, err))
+    return proc, err, state
 
 
 def _role(port: int) -> str | None:
@@ -40,17 +44,17 @@ def _role(port: int) -> str | None:
 def test_one_replica_applies_the_other_stands_by_and_takes_over(lab: OvnLab,
                                                                 tmp_path: Path) -> None:
     repo = ovn_only_repo(tmp_path / "repo", northbound=lab.nb_remote, mode="repair")
-    first, first_err, first_state, first_file = _replica(tmp_path, repo, "first")
+    first, first_err, first_state = _replica(tmp_path, repo, "first")
     with stopped_at_end(first):
-        first_port = _port(first, first_err, first_file)
+        first_port = metrics_port(first_state, first, first_err)
         wait_until("the first replica active", lambda: _role(first_port) == "active", first,
                    first_err)
         wait_until("the repo applied", lambda: any(
             r["result"] == "applied" for r in history(first_state)), first, first_err)
 
-        second, second_err, second_state, second_file = _replica(tmp_path, repo, "second")
+        second, second_err, second_state = _replica(tmp_path, repo, "second")
         with stopped_at_end(second):
-            second_port = _port(second, second_err, second_file)
+            second_port = metrics_port(second_state, second, second_err)
             wait_until("the second replica standing by", lambda: len(history(second_state)) >= 2,
                        second, second_err)
             assert _role(second_port) == "standby", "ready to take over: 200, role standby"

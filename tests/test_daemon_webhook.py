@@ -17,7 +17,14 @@ import urllib.request
 from pathlib import Path
 
 from .support.gitops import add_instance, commit_all, git, ovn_only_repo
-from .test_gitops_daemon import _env, history, stopped_at_end, wait_until
+from .test_gitops_daemon import (
+    _env,
+    history,
+    metrics_port,
+    spawn,
+    stopped_at_end,
+    wait_until,
+)
 
 SECRET = b"s3cret-of-the-test"
 
@@ -49,17 +56,9 @@ def test_a_signed_push_webhook_makes_the_daemon_apply_at_once(tmp_path: Path) ->
     git(work, "push", "-q", "origin", "main")
     daemon_dir, state = tmp_path / "daemon", tmp_path / "state"
     daemon_dir.mkdir()
-    err = daemon_dir / "daemon.err"
-    with err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "reconciler.cli", "reconcile", "--repo", str(origin),
-             "--interval", "1h", "--metrics-port", "0", "--metrics-address", "127.0.0.1",
-             "--state-dir", str(state), "--webhook-secret-env", "UNET_TEST_HOOK"],
-            cwd=daemon_dir, env={**_env(), "UNET_TEST_HOOK": SECRET.decode()},
-            stdout=subprocess.DEVNULL, stderr=stderr)
+    proc, err = _daemon(daemon_dir, state, "--repo", str(origin), secret=True)
     with stopped_at_end(proc):
-        port = int(wait_until("the metrics port", lambda: (state / "metrics.port").exists()
-                              and (state / "metrics.port").read_text().strip(), proc, err))
+        port = metrics_port(state, proc, err)
         wait_until("the first revision applied", lambda: any(
             r["revision"] == first and r["result"] == "applied" for r in history(state)),
             proc, err)
@@ -97,33 +96,19 @@ def test_without_a_secret_there_is_no_endpoint_and_a_missing_secret_is_said(
     assert "--webhook-secret-env UNET_TEST_HOOK_UNSET: the environment variable is not set" \
         in missing.stderr
     work = ovn_only_repo(tmp_path / "work")
-    err = tmp_path / "daemon.err"
-    with err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "reconciler.cli", "reconcile", "--path", str(work),
-             "--interval", "1h", "--metrics-port", "0", "--metrics-address", "127.0.0.1",
-             "--state-dir", str(state)], cwd=tmp_path, env=_env(),
-            stdout=subprocess.DEVNULL, stderr=stderr)
+    proc, err = _daemon(tmp_path, state, "--path", str(work), secret=False)
     with stopped_at_end(proc):
-        port = int(wait_until("the metrics port", lambda: (state / "metrics.port").exists()
-                              and (state / "metrics.port").read_text().strip(), proc, err))
+        port = metrics_port(state, proc, err)
         body = b"{}"
         assert _post(port, body, _signed(body)) == 404
         _first_run_done(state, proc, err)
 
 
 def test_a_malformed_request_is_refused_without_a_traceback(tmp_path: Path) -> None:
-    work, state, err = ovn_only_repo(tmp_path / "work"), tmp_path / "state", tmp_path / "err"
-    with err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "reconciler.cli", "reconcile", "--path", str(work),
-             "--interval", "1h", "--metrics-port", "0", "--metrics-address", "127.0.0.1",
-             "--state-dir", str(state), "--webhook-secret-env", "UNET_TEST_HOOK"],
-            cwd=tmp_path, env={**_env(), "UNET_TEST_HOOK": SECRET.decode()},
-            stdout=subprocess.DEVNULL, stderr=stderr)
+    work, state = ovn_only_repo(tmp_path / "work"), tmp_path / "state"
+    proc, err = _daemon(tmp_path, state, "--path", str(work), secret=True)
     with stopped_at_end(proc):
-        port = int(wait_until("the metrics port", lambda: (state / "metrics.port").exists()
-                              and (state / "metrics.port").read_text().strip(), proc, err))
+        port = metrics_port(state, proc, err)
         with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
             conn.sendall(b"POST /hooks/git HTTP/1.1\r\nHost: x\r\nContent-Length: lots\r\n"
                          b"X-Hub-Signature-256: sha256=00\r\n\r\n")
@@ -136,3 +121,14 @@ def test_a_malformed_request_is_refused_without_a_traceback(tmp_path: Path) -> N
 def _first_run_done(state: Path, proc: subprocess.Popen[bytes], err: Path) -> None:
     """Before the daemon is killed: its run (and the database server it started) ended."""
     wait_until("the first run recorded", lambda: history(state), proc, err)
+
+
+def _daemon(cwd: Path, state: Path, *source: str, secret: bool
+            ) -> tuple[subprocess.Popen[bytes], Path]:
+    """`unet reconcile` with an hour's interval (only a webhook can make it run sooner),
+    taking SECRET from UNET_TEST_HOOK when `secret`."""
+    hook = ("--webhook-secret-env", "UNET_TEST_HOOK") if secret else ()
+    proc, _out, err = spawn(cwd, "reconcile", *source, "--interval", "1h", "--metrics-port",
+                            "0", "--metrics-address", "127.0.0.1", "--state-dir", str(state),
+                            *hook, name="daemon", env={"UNET_TEST_HOOK": SECRET.decode()})
+    return proc, err

@@ -44,11 +44,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def spawn(cwd: Path, *args: str, name: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+def spawn(cwd: Path, *args: str, name: str, env: dict[str, str] | None = None
+          ) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """unet in the background; `env` adds to the test environment."""
     out, err = cwd / f"{name}.out", cwd / f"{name}.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
-                                env=_env(), stdout=stdout, stderr=stderr)
+                                env={**_env(), **(env or {})}, stdout=stdout, stderr=stderr)
     return proc, out, err
 
 
@@ -104,6 +106,13 @@ def get(port: int, path: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def metrics_port(state: Path, proc: subprocess.Popen[bytes], err: Path) -> int:
+    """The port a daemon started with --metrics-port 0 listens on, once it does."""
+    port_file = state / "metrics.port"
+    return int(wait_until("the metrics port", lambda: port_file.exists()
+                          and port_file.read_text().strip(), proc, err))
+
+
 def metrics(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     status, text = get(port, "/metrics")
     assert status == 200
@@ -152,8 +161,7 @@ def test_the_daemon_follows_the_branch(tmp_path: Path) -> None:
                                 "--metrics-port", "0", "--metrics-address", "127.0.0.1",
                                 "--state-dir", str(state), name="daemon")
         with stopped_at_end(proc):
-            port = int(wait_until("the metrics port", lambda: (state / "metrics.port").exists()
-                                  and (state / "metrics.port").read_text().strip(), proc, err))
+            port = metrics_port(state, proc, err)
             assert get(port, "/healthz") == (200, "ok\n")
 
             # 1. The branch is applied; the metrics and readiness say so.
