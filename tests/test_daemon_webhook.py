@@ -21,6 +21,7 @@ from .test_gitops_daemon import (
     _env,
     history,
     metrics_port,
+    pushed_origin,
     spawn,
     stopped_at_end,
     wait_until,
@@ -48,12 +49,7 @@ def _signed(body: bytes, secret: bytes = SECRET) -> str:
 
 def test_a_signed_push_webhook_makes_the_daemon_apply_at_once(tmp_path: Path) -> None:
     work = ovn_only_repo(tmp_path / "work", mode="repair")
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(work, "init", "-q", "-b", "main")
-    git(work, "remote", "add", "origin", str(origin))
-    first = commit_all(work, "base")
-    git(work, "push", "-q", "origin", "main")
+    origin, first = pushed_origin(tmp_path, work)
     daemon_dir, state = tmp_path / "daemon", tmp_path / "state"
     daemon_dir.mkdir()
     proc, err = _daemon(daemon_dir, state, "--repo", str(origin), secret=True)

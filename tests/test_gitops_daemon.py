@@ -142,14 +142,20 @@ def run_of(state: Path, revision: str, **fields: Any) -> dict[str, Any] | None:
     return None
 
 
-def test_the_daemon_follows_the_branch(tmp_path: Path) -> None:
-    work = ovn_only_repo(tmp_path / "work", mode="repair")
+def pushed_origin(tmp_path: Path, work: Path) -> tuple[Path, str]:
+    """A bare origin with `work`'s files committed and pushed on main; the commit."""
     origin = tmp_path / "origin.git"
     git(tmp_path, "init", "-q", "--bare", str(origin))
     git(work, "init", "-q", "-b", "main")
     git(work, "remote", "add", "origin", str(origin))
-    c1 = commit_all(work, "base")
+    commit = commit_all(work, "base")
     git(work, "push", "-q", "origin", "main")
+    return origin, commit
+
+
+def test_the_daemon_follows_the_branch(tmp_path: Path) -> None:
+    work = ovn_only_repo(tmp_path / "work", mode="repair")
+    origin, c1 = pushed_origin(tmp_path, work)
     daemon_dir = tmp_path / "daemon"  # its working dir: `northbound: embedded` lives here
     daemon_dir.mkdir()
     state = tmp_path / "state"
