@@ -10,7 +10,8 @@ no state hides in the plugin and no call depends on another having been made fir
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,31 @@ class Exposure(NamedTuple):
     entry: dict[str, str]
 
 
+class Watch:
+    """A replica of a manager's objects (this installation's), kept current by the
+    backend's own change feed on a connection of its own: what the reconcile daemon
+    plans against, and what wakes it (`wake`) when someone changes an object."""
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()  # set when a change arrives
+        self.failure: str | None = None  # why the feed is down, while it is
+
+    def take_changes(self) -> frozenset[str] | None:
+        """The owners of the objects that changed since the last call; None when only a
+        full plan can tell (the first state, a feed that could not resume)."""
+        raise NotImplementedError
+
+    @property
+    def allocation_version(self) -> int:
+        """Changes whenever an allocation recorded on an object may have changed."""
+        raise NotImplementedError
+
+    def observe(self, owners: Iterable[str] | None = None) -> Observation:
+        """As Session.observe, from the replica once it holds every change committed
+        before the call (only `owners`' objects, when given)."""
+        raise NotImplementedError
+
+
 class Session:
     """One connection to a manager's backend, for one run."""
 
@@ -143,6 +169,12 @@ class Session:
     def report(self, changes: Sequence[Change], outcome: ApplyOutcome | None) -> list[str]:
         """Lines for people about the backend, after a plan (no outcome) or an apply."""
         return []
+
+    def watch(self, timeout: float) -> AbstractContextManager[Watch]:
+        """A replica of this installation's objects for as long as the context lasts (its
+        first state loaded within `timeout` seconds). Optional: a backend without a change
+        feed raises NotImplementedError, and the daemon reads it on every run."""
+        raise NotImplementedError
 
 
 class Manager:

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from managers.base import ApplyOutcome, Manager, Observation, ProgressFactory, Session
+from managers.base import ApplyOutcome, Manager, Observation, ProgressFactory, Session, Watch
 
 from .diff import NOOP, Change, diff
 from .errors import UnetError
 from .model import Model
-from .objects import BackendObject, index_objects, observed_allocations
+from .objects import BackendObject, Held, index_objects, observed_allocations
 from .pipeline import Desired, allocation_readers, managers_of, plan_live, render_desired
 from .plan import Plan, restrict_to
 from .plan_io import DIGEST_FIELD, plan_to_json
@@ -63,6 +63,15 @@ def _quiet(manager: str) -> ProgressFactory:
     return lambda index, waves, steps: lambda done, total: None
 
 
+def _render(head: Validation, held: Mapping[str, Held], only: Sequence[str]) -> Desired:
+    return render_desired(head, held, only=list(only))
+
+
+#: The desired state of a revision, given the allocations the backends hold and the
+#: managers of the run (the daemon's is cached by its inputs: pipeline.RenderedCache).
+Render = Callable[[Validation, Mapping[str, Held], Sequence[str]], Desired]
+
+
 @dataclass(frozen=True)
 class RunOptions:
     workdir: Path  # where local state lives (`northbound: embedded`)
@@ -71,6 +80,12 @@ class RunOptions:
     refresh_only: bool = False  # plan only drift
     waiting: Callable[[str], None] = say_waiting  # hears who holds a lock it waits for
     progress: Progress = _quiet
+    render: Render = _render
+    # The reconcile daemon's replicas (manager → Watch), read instead of the backends;
+    # with `owners`, only those resources' objects are planned, against `rendered`.
+    watches: Mapping[str, Watch] = field(default_factory=dict)
+    owners: frozenset[str] | None = None
+    rendered: Desired | None = None
 
 
 @dataclass
@@ -78,6 +93,7 @@ class Outcome:
     """What a run did; filled in as it goes, so a caller sees how far a run that raised got."""
 
     plan: Plan | None = None
+    desired: Desired | None = None  # what the plan was made for
     reports: Reports = field(default_factory=dict)  # after the plan, or after the apply
     unmanaged: dict[str, list[str]] = field(default_factory=dict)
     applied: Plan | None = None  # what the gate let through, when it was carried out
@@ -103,9 +119,17 @@ def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
     managers = managers_of(model, options.only, resolve=True)
     readers = allocation_readers(model, managers)
     with _sessions(managers, readers, options, outcome) as (sessions, reading):
-        observations = {name: sessions[name].observe() for name in sorted(sessions)}
+        observe = _observer(sessions, options)
+        observations = {name: observe(name) for name in sorted(sessions)}
         hints = [obj for name in sorted(reading) for obj in reading[name].observe().objects]
-        full = plan_live(head, managers, observations, inputs, hints)
+        if options.rendered is not None:
+            outcome.desired = options.rendered
+        else:
+            observed = [o for name in sorted(observations) for o in observations[name].objects]
+            outcome.desired = options.render(head, observed_allocations([*observed, *hints]),
+                                             sorted(managers))
+        full = plan_live(head, managers, observations, inputs, hints, outcome.desired,
+                         options.owners)
         full.diagnostics += [d for d in head.diagnostics if not d.is_error]
         plan = restrict_to(full, full.drift_ids) if options.refresh_only else full
         outcome.plan = plan
@@ -115,7 +139,7 @@ def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
         if todo is None or not plan.ok:
             return outcome
         if todo.has_changes:
-            done = _execute(todo, sessions, observations, options.progress, outcome)
+            done = _execute(todo, sessions, observations, observe, options.progress, outcome)
             outcome.reports = _reports(sessions, plan.changes, done)
         _record(sessions, full, todo, outcome)
     return outcome
@@ -153,9 +177,20 @@ def _sessions(managers: Mapping[str, Manager], readers: Mapping[str, Manager],
             outcome.unlocked_at = time.time()
 
 
+def _observer(sessions: Mapping[str, Session], options: RunOptions
+              ) -> Callable[[str], Observation]:
+    """How a manager's backend is read in this run: from the daemon's replica when it has
+    one (only the owners planned, when the plan is targeted), else by the session."""
+    def observe(name: str) -> Observation:
+        watch = options.watches.get(name)
+        return watch.observe(options.owners) if watch is not None else sessions[name].observe()
+
+    return observe
+
+
 def _execute(todo: Plan, sessions: Mapping[str, Session],
-             observations: Mapping[str, Observation], progress: Progress,
-             outcome: Outcome) -> dict[str, ApplyOutcome]:
+             observations: Mapping[str, Observation], observe: Callable[[str], Observation],
+             progress: Progress, outcome: Outcome) -> dict[str, ApplyOutcome]:
     """Every manager's steps, wave by wave; then the backends observed again to confirm."""
     started = time.monotonic()
     outcome.applied = todo
@@ -172,7 +207,7 @@ def _execute(todo: Plan, sessions: Mapping[str, Session],
             outcome.counts[action] += count
         outcome.failures.update(done.failures)
     outcome.seconds = time.monotonic() - started
-    now = [obj for name in sorted(sessions) for obj in sessions[name].observe().objects]
+    now = [obj for name in sorted(sessions) for obj in observe(name).objects]
     outcome.mismatches = confirm([c for c in todo.changes if c.uid not in outcome.failures],
                                  now)
     return applied

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pydantic
@@ -28,6 +28,7 @@ from .objects import (
     TAG_PROTECTED,
     BackendObject,
     Held,
+    content_hash,
     immutable_tag,
     index_objects,
     observed_allocations,
@@ -54,9 +55,18 @@ class Desired:
     allocations: Allocations
     objects: list[BackendObject]
     managers: dict[str, Manager]  # those that rendered the objects
+    held: Mapping[str, Held] = field(default_factory=dict)  # what it was rendered with
+    _digests: dict[str, str] = field(default_factory=dict)
 
     def describer(self) -> Describer:
         return Describer(self.managers, self.model)
+
+    def digest(self, manager: str) -> str:
+        """Of one manager's objects (recorded after an apply; computed once)."""
+        if manager not in self._digests:
+            self._digests[manager] = desired_digest([o for o in self.objects
+                                                     if o.manager == manager])
+        return self._digests[manager]
 
 
 class Describer:
@@ -158,7 +168,7 @@ def render_desired(validation: Validation, allocated: Mapping[str, Held],
     objects: list[BackendObject] = []
     for manager in managers.values():
         objects.extend(manager.render(model, allocations))
-    return Desired(model, allocations, _stamp(objects, model), managers)
+    return Desired(model, allocations, _stamp(objects, model), managers, allocated)
 
 
 def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
@@ -245,29 +255,35 @@ def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, A
 
 def plan_live(head: Validation, managers: dict[str, Manager],
               observations: Mapping[str, Observation], inputs: dict[str, Any],
-              hints: Iterable[BackendObject] = ()) -> Plan:
+              hints: Iterable[BackendObject] = (), rendered: Desired | None = None,
+              owners: frozenset[str] | None = None) -> Plan:
     """Against the backends: `observations` are what the managers' sessions found.
 
     When the desired state is the one a manager last applied (the digest it recorded),
     every difference is drift. `hints` are objects of other managers, read only for the
-    allocations they record.
+    allocations they record. `rendered`: the desired state, already rendered with the
+    allocations the backends hold (the reconcile daemon's cache, `RenderedCache`).
+    `owners`: plan only the objects of these resources (the daemon's targeted plan, when
+    only they changed in the backends); the observations then hold only theirs.
     """
     observed = [obj for name in sorted(observations) for obj in observations[name].objects]
-    held = observed_allocations([*observed, *hints])
-    desired = render_desired(head, held, only=list(managers))
+    desired = rendered or render_desired(head, observed_allocations([*observed, *hints]),
+                                         only=list(managers))
     describe = desired.describer()
     prune = bool(desired.model.config.prune)
-    changes = diff(index_objects(desired.objects), index_objects(observed), prune)
-    head_manifests = {m.ref: m for m in head.manifests}
+    wanted = desired.objects if owners is None else [o for o in desired.objects
+                                                     if o.owner in owners]
+    changes = diff(index_objects(wanted), index_objects(observed), prune)
+    head_manifests = {m.ref: m for m in head.manifests
+                      if owners is None or m.ref in owners}
     resources = _live_resources(changes, head_manifests, describe)
     diagnostics = [_prune_disabled(head_manifests.get(r.address), r.address)
                    for r in resources if r.reason.startswith("kept")]
     diagnostics += _safety(changes, desired, observed, {}, head_manifests)
     diagnostics += _conflicts(observations, changes)
     diagnostics += _allocation_problems(desired)
-    diagnostics += _unrecorded(desired.model, held, managers)
-    digests = {name: desired_digest([o for o in desired.objects if o.manager == name])
-               for name in managers}
+    diagnostics += _unrecorded(desired.model, desired.held, managers)
+    digests = {name: desired.digest(name) for name in managers}
     unchanged = all(observations[name].applied_digest == digest
                     for name, digest in digests.items())
     plan = build_plan("live", desired.model.installation, inputs, changes, observed, resources,
@@ -495,3 +511,43 @@ def _destroys_foreign(changes: list[Change], base: dict[str, Manifest],
             hint="whoever added them moves or removes them first; unet never destroys "
                  "objects it does not own"))
     return out
+
+
+class RenderedCache:
+    """The desired state last rendered, reused while every input it was rendered from is
+    the same (the reconcile daemon renders a thousand tenants once, not on every run).
+
+    The key (`rendered_key`) holds every input of `render_desired`: the revision's files
+    (paths and contents) with unet's code, schemas and installed plugins and the file
+    size bound (cache.inputs_digest), the managers of the run with their resolved configs
+    (`${ENV}` values included), and the allocations the backends hold. Anything else
+    rendering reads is derived from these.
+    """
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()  # each names the inputs it was (or would be) rendered from
+        self.desired: Desired | None = None
+        self.renders = 0
+
+    def get(self, key: str) -> Desired | None:
+        return self.desired if key in self.keys else None
+
+    def put(self, key: str, desired: Desired) -> Desired:
+        self.keys, self.desired = {key}, desired
+        self.renders += 1
+        return desired
+
+    def alias(self, key: str) -> None:
+        """Other inputs known to render the same desired state (after an apply, the
+        allocations the backends now record are the ones it holds)."""
+        if self.desired is not None:
+            self.keys.add(key)
+
+
+def rendered_key(files: str, managers: Mapping[str, Manager],
+                 held: Mapping[str, Held]) -> str:
+    """The key of a rendered desired state (RenderedCache): `files` is the digest of the
+    revision's files and of unet itself (cache.inputs_digest)."""
+    configs = {name: m.config.model_dump(mode="json") for name, m in sorted(managers.items())}
+    allocations = sorted((key, h.value, h.scope or "") for key, h in held.items())
+    return content_hash([files, configs, allocations])

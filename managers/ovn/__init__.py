@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .live import Northbound, OvnObservation
     from .rpc import Timeouts
     from .tls import TlsFiles
+    from .watch import OvnWatch
 
 _Name = Annotated[str, Field(min_length=1, max_length=63)]
 _REMOTE = r"((tcp|ssl):[^,]+:[0-9]+|unix:[^,]+)"
@@ -183,6 +184,17 @@ class OvnSession(Session):
 
     def record_applied(self, digest: str) -> None:
         self.nb.set_global_tag(self.installation, self._applied_tag, digest)
+
+    @contextlib.contextmanager
+    def watch(self, timeout: float) -> Iterator[OvnWatch]:
+        from .watch import OvnWatch
+
+        watch = OvnWatch(self.nb, self.installation, self.manager, self._applied_tag)
+        try:
+            watch.start(timeout)
+            yield watch
+        finally:
+            watch.close()
 
     @property
     def _applied_tag(self) -> str:

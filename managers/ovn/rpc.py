@@ -97,6 +97,8 @@ class Rpc:
         self.busy = threading.RLock()  # one user of the stream at a time
         self.listener: threading.Thread | None = None
         self.closed = threading.Event()
+        # Hears monitor updates (method, params), in the thread that reads them.
+        self.on_update: Callable[[str, list[Any]], None] | None = None
 
     def close(self) -> None:
         """Closed, and its listener ended: nothing of a connection outlives it."""
@@ -219,6 +221,8 @@ class Rpc:
             self.locks.add(params[0])
         elif method == "stolen" and params:
             self.locks.discard(params[0])
+        elif method in ("update", "update2", "update3") and self.on_update is not None:
+            self.on_update(method, params)
 
     def _connect(self) -> None:
         """A connection to the cluster's leader (a standalone server is its own), trying the

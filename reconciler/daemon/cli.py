@@ -77,6 +77,13 @@ def add_parser(commands: Any) -> None:
                         help="serve POST /hooks/git on the metrics port: a Git push webhook "
                              "signed with the secret in this environment variable makes the "
                              "daemon fetch at once (GitHub: content type application/json)")
+    parser.add_argument("--resync-interval", type=parse_duration, default=3600.0,
+                        metavar="DURATION",
+                        help="the daemon watches the backends and plans only what changed; "
+                             "it plans everything at least this often (default 1h)")
+    parser.add_argument("--no-watch", action="store_true",
+                        help="the daemon reads every backend object on every run instead of "
+                             "watching the backends' change feeds")
     parser.add_argument("--replicas", action="store_true",
                         help="the daemon is one of several replicas: one is elected active "
                              "and applies, the others stand by (standby on /readyz)")
@@ -97,7 +104,9 @@ def options_of(args: argparse.Namespace) -> Options:
     return Options(path=args.path, repo=args.repo, branch=args.branch, managers=args.manager,
                    lock_timeout=args.lock_timeout, max_file_size=args.max_file_size,
                    state_dir=args.state_dir, workdir=Path.cwd(),
-                   history_size=args.history_size, replicas=args.replicas and not args.once)
+                   history_size=args.history_size, replicas=args.replicas and not args.once,
+                   watch=not args.once and not args.no_watch,
+                   resync_interval=args.resync_interval)
 
 
 def command(args: argparse.Namespace) -> int:

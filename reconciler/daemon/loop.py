@@ -33,6 +33,7 @@ from managers.base import BackendLocked
 from .. import heap
 from ..errors import EXIT_OK, UnetError
 from ..load import DEFAULT_MAX_FILE_BYTES
+from ..pipeline import RenderedCache
 from .election import ACTIVE, Election
 from .history import (
     APPLIED,
@@ -52,6 +53,7 @@ from .history import (
 )
 from .metrics import DEFAULT_METRICS_PORT, Metrics, listen
 from .report import exit_code, github_outputs, headline, log_line, markdown_report
+from .watching import Watches
 
 STATE_FILE = "state.json"
 
@@ -72,6 +74,19 @@ class Options:
     workdir: Path = field(default_factory=Path.cwd)  # where `northbound: embedded` lives
     history_size: int = 100
     replicas: bool = False  # stand for election: one replica of several is active
+    watch: bool = False  # plan against replicas of the backends, kept by their change feeds
+    resync_interval: float = 3600.0  # with `watch`: a full plan at least this often
+
+
+@dataclass(frozen=True)
+class _Since:
+    """What the last run of a watching daemon left, when it ended well."""
+
+    files: str  # the digest of the revision's files it planned
+    allocations: Any  # the replicas' allocation versions when it observed them
+    desired: Any  # the desired state it planned against
+    outstanding: frozenset[str]  # owners with changes it left (drift, with `report`)
+    resync_due: float  # monotonic time of the next full plan
 
 
 @dataclass
@@ -94,6 +109,10 @@ class Reconciler:
         self._last_plan_json: dict[str, Any] | None = None
         self.last_validation: Any = None
         self.election = Election(options.workdir) if options.replicas else None
+        self.watches = Watches(options.workdir) if options.watch else None
+        self.rendered = RenderedCache()
+        self._validated: dict[str, Any] = {}  # files digest → Validation, the last two
+        self._since: _Since | None = None  # what the last run left, for the next to build on
 
     # state kept between runs: the last good revision
     def _state(self) -> dict[str, Any]:
@@ -209,14 +228,29 @@ class Reconciler:
                                      f"{str(detail).strip()}") from exc
         return clone / self.options.path, commit
 
-    def _reconcile(self, folder: Path, rev: str | None, run: Run) -> _Outcome:
-        """Validate `rev` of `folder` (None: the files), plan it live, apply what is due."""
-        from .. import engine
-        from ..validate import ParsedFiles, revision_info, validate_repo
+    def _validate(self, folder: Path, rev: str | None) -> tuple[str, Any]:
+        """The digest of the revision's files (and of unet), and its validation: done again
+        only when that digest changes."""
+        from ..cache import inputs_digest
+        from ..validate import ParsedFiles, repo_files, validate_files
 
         if self.parsed is None:
             self.parsed = ParsedFiles()
-        head = validate_repo(folder, rev, self.options.max_file_size, self.parsed)
+        items = list(repo_files(folder, rev, self.options.max_file_size))
+        files = inputs_digest(items, self.options.max_file_size)
+        if files not in self._validated:
+            self._validated = {key: value for key, value in self._validated.items()
+                               if key == (self._since.files if self._since else None)}
+            self._validated[files] = validate_files(iter(items), self.options.max_file_size,
+                                                    self.parsed)
+        return files, self._validated[files]
+
+    def _reconcile(self, folder: Path, rev: str | None, run: Run) -> _Outcome:
+        """Validate `rev` of `folder` (None: the files), plan it live, apply what is due."""
+        from .. import engine
+        from ..validate import revision_info
+
+        files, head = self._validate(folder, rev)
         if not head.ok:
             errors = [d for d in head.diagnostics if d.is_error]
             run.errors = len(errors)
@@ -231,10 +265,25 @@ class Reconciler:
         if self.election is not None and self._elect(head) != ACTIVE:
             run.result, run.message = STANDBY, "another replica is active; standing by"
             return _Outcome()
+        scope = self._scope(head, files)
+        if scope is None:
+            run.result = OK
+            run.message = "no changes: neither the repo nor the backends changed since the " \
+                          "last run"
+            return _Outcome()
+        watches, owners, rendered = scope
+        # Read before the run observes: allocations the run itself records (or anyone records
+        # meanwhile) make the next run a full one, which reads them all again.
+        allocations = self.watches.allocations if self.watches is not None else ()
+        run.scope = "full" if owners is None else \
+            f"{len(owners)} owner{'' if len(owners) == 1 else 's'}"
         options = engine.RunOptions(workdir=self.options.workdir,
                                     lock_timeout=self.options.lock_timeout,
-                                    only=self.options.managers, waiting=_log_waiting)
+                                    only=self.options.managers, waiting=_log_waiting,
+                                    render=self._render(files), watches=watches,
+                                    owners=owners, rendered=rendered)
         outcome = engine.Outcome()
+        self._since = None  # until this run has ended well
         try:
             engine.run(head, {"head": revision_info(folder, rev)}, options,
                        lambda plan, _reports: self._gate(plan, run), outcome)
@@ -242,6 +291,7 @@ class Reconciler:
             run.locked_at, run.unlocked_at = outcome.locked_at, outcome.unlocked_at
         plan = outcome.plan
         assert plan is not None
+        self._remember(files, allocations, watches, outcome, run)
         if not plan.ok:
             errors = [d for d in plan.diagnostics if d.is_error]
             run.errors = len(errors)
@@ -273,6 +323,79 @@ class Reconciler:
             run.message = done + (f" (repaired {run.drift} drifted objects)" if run.drift
                                   else "")
         return _Outcome()
+
+    def _scope(self, head: Any, files: str
+               ) -> tuple[dict[str, Any], frozenset[str] | None, Any] | None:
+        """What this run plans: (the replicas to read, the owners to plan or None for
+        everything, the desired state to plan them against); None: nothing changed since
+        the last run, which ended well, so there is nothing to plan.
+
+        A run plans only the owners whose backend objects changed (and those it left
+        drifted) when the repo, unet and the allocations the backends record are as the
+        last run found them, and a full plan is not due; else everything."""
+        if self.watches is None:
+            return {}, None, None
+        from ..model import Model
+        from ..pipeline import allocation_readers, managers_of
+
+        model = Model(head.context)
+        managers = managers_of(model, self.options.managers, resolve=True)
+        watches = self.watches.follow(managers, allocation_readers(model, managers))
+        if not watches:
+            return {}, None, None
+        changes = self.watches.changes()
+        since = self._since
+        if changes is None or since is None or since.files != files \
+                or since.allocations != self.watches.allocations \
+                or time.monotonic() >= since.resync_due:
+            return watches, None, None
+        owners = changes | since.outstanding
+        return (watches, owners, since.desired) if owners else None
+
+    def _render(self, files: str) -> Any:
+        """The desired state for the run, from the cache when its inputs are the same."""
+        from ..pipeline import managers_of, render_desired, rendered_key
+
+        def render(head: Any, held: Any, only: Any) -> Any:
+            managers = managers_of(self._model(head), only, resolve=True)
+            key = rendered_key(files, managers, held)
+            return self.rendered.get(key) or self.rendered.put(
+                key, render_desired(head, held, only=list(only)))
+
+        return render
+
+    @staticmethod
+    def _model(head: Any) -> Any:
+        from ..model import Model
+
+        return Model(head.context)
+
+    def _remember(self, files: str, allocations: Any, watches: dict[str, Any], outcome: Any,
+                  run: Run) -> None:
+        """What the next run may build on: after a plan without errors whose apply (if any)
+        completed, the owners it left drifted (`reconcile: report`) and the desired state."""
+        from ..diff import NOOP
+        from ..pipeline import managers_of, rendered_key
+
+        plan, desired = outcome.plan, outcome.desired
+        if not watches or self.watches is None or plan is None or not plan.ok \
+                or desired is None or not outcome.complete:
+            return
+        applied = outcome.applied
+        done = {c.uid for c in applied.changes} if applied is not None else set()
+        outstanding = frozenset(c.obj.owner for c in plan.changes
+                                if c.actions != (NOOP,) and c.uid not in done)
+        if applied is not None and applied.has_changes:
+            # What the apply recorded is what the desired state holds: the next full plan
+            # finds it under that key instead of rendering again.
+            held = {key: a.held() for key, a in desired.allocations.values.items()}
+            managers = managers_of(self._model(self._validated[files]), sorted(plan.managers),
+                                   resolve=True)
+            self.rendered.alias(rendered_key(files, managers, held))
+        previous = self._since
+        due = previous.resync_due if previous is not None and run.scope != "full" else \
+            time.monotonic() + self.options.resync_interval
+        self._since = _Since(files, allocations, desired, outstanding, due)
 
     def _elect(self, head: Any) -> str:
         """This replica's role, standing for the lock of the repo's first fabric manager
@@ -399,11 +522,14 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
             heap.after_run()
             delay = serving.interval * (1 + random.uniform(-serving.jitter, serving.jitter))
             wakes = [metrics.wake] + ([reconciler.election.became_active]
-                                      if reconciler.election is not None else [])
+                                      if reconciler.election is not None else []) \
+                + ([reconciler.watches.wake] if reconciler.watches is not None else [])
             _wait(stop, wakes, max(delay, 0.0))
     finally:
         if reconciler.election is not None:
             reconciler.election.stop()
+        if reconciler.watches is not None:
+            reconciler.watches.close()
         server.shutdown()
         server.server_close()
         for sig, handler in previous.items():
@@ -412,14 +538,29 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
     return EXIT_OK
 
 
+#: Seconds a change in the backends is left to settle before the run it wakes (a person's
+#: ovn-nbctl command is several transactions), and the most it is left to.
+SETTLE, SETTLE_MAX = 0.05, 0.5
+
+
 def _wait(stop: threading.Event, wakes: list[threading.Event], seconds: float) -> None:
     """Until the next run: the interval, or less when something asks for a run now (a
-    verified webhook, this replica becoming active)."""
+    verified webhook, this replica becoming active, a change in a watched backend)."""
     deadline = time.monotonic() + seconds
     while not stop.is_set() and time.monotonic() < deadline:
         woken = [event for event in wakes if event.is_set()]
+        if woken:
+            _settle(stop, woken)
+            return
+        stop.wait(min(0.05, max(deadline - time.monotonic(), 0.0)))
+
+
+def _settle(stop: threading.Event, woken: list[threading.Event]) -> None:
+    """Until the events stay quiet for SETTLE seconds (at most SETTLE_MAX)."""
+    end = time.monotonic() + SETTLE_MAX
+    while not stop.is_set():
         for event in woken:
             event.clear()
-        if woken:
+        stop.wait(SETTLE)
+        if time.monotonic() >= end or not any(event.is_set() for event in woken):
             return
-        stop.wait(min(0.2, deadline - time.monotonic()))

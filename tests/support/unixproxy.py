@@ -79,6 +79,14 @@ class UnixProxy:
             link.close()
         return len(cut)
 
+    def cut_all(self) -> int:
+        """Close every connection; how many there were."""
+        with self.lock:
+            cut = [link for link in self.links if not link.closed.is_set()]
+        for link in cut:
+            link.close()
+        return len(cut)
+
     def _accept(self) -> None:
         while not self.stopping.is_set():
             try:

@@ -1,0 +1,420 @@
+"""A replica of the installation's Northbound rows, kept by OVSDB monitors: what the
+reconcile daemon plans against instead of reading every row on every run.
+
+A connection of its own (`rpc.py`, to a cluster's leader) holds two conditional
+monitors: one of the installation's rows (every column unet reads, tag
+`unet:installation` included in the condition, so the server sends nothing of other
+rows), one of the names of everyone else's rows in the named tables and of
+NB_Global's tags. A thread applies each update as it arrives and notes the owners
+(`unet:owner`) of the rows it touched, before and after; the daemon plans for those
+owners only.
+
+After a lost connection the monitors are made again with `monitor_cond_since` and the
+last transaction id seen: a clustered server that still has the history sends only
+what changed since, and only those owners are planned; otherwise (a standalone
+server, a restarted one, a database restored from a backup) it sends every row, the
+replica is replaced, and the next plan is a full one.
+
+Reading the replica is safe under the run's lock because ovsdb-server sends a
+connection's pending monitor updates before any reply on that connection: once an
+echo sent after the lock was taken is answered, every change committed before is in
+the replica (`sync`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from managers.base import Watch
+from reconciler.objects import TAG_ALLOCATION, TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject
+
+from .live import (
+    _COLUMNS,
+    NAMED_TABLES,
+    Northbound,
+    OvnObservation,
+    _atoms,
+    _keys,
+    _object,
+)
+from .render import MANAGED_COLUMNS, PARENT_COLUMNS
+from .rpc import ConnectionLost, Rpc
+
+OURS, OTHERS = "unet-ours", "unet-others"
+_ZERO_TXN = "00000000-0000-0000-0000-000000000000"
+#: Seconds the thread holds the connection per look: a `sync` waits at most this long.
+_SLICE = 0.1
+#: Seconds between attempts to connect again after the connection was lost.
+_RETRY = 1.0
+
+Row = dict[str, Any]
+
+
+class OvnWatch(Watch):
+    """The replica, and the thread that keeps it."""
+
+    def __init__(self, nb: Northbound, installation: str, manager: str, applied_tag: str
+                 ) -> None:
+        super().__init__()
+        self.nb = nb
+        self.installation = installation
+        self.manager = manager
+        self.applied_tag = applied_tag
+        self.rows: dict[str, dict[str, Row]] = {table: {} for table in MANAGED_COLUMNS}
+        self.others: dict[str, dict[str, str]] = {table: {} for table in NAMED_TABLES}
+        self.global_ids: dict[str, str] = {}
+        self.last_txn = _ZERO_TXN
+        self.loaded = threading.Event()  # the first full state arrived
+        self.failure: str | None = None  # why the connection is down, while it is
+        self.reconnects = 0
+        self._lock = threading.RLock()  # the replica: the thread writes, runs read
+        self._index = _Index()
+        self._owners: set[str] = set()
+        self._everything = True  # the next plan must be a full one
+        self._allocations = 0  # counts changes to recorded allocations
+        self._columns = {table: [c for c in dict.fromkeys(
+            (*_COLUMNS[table], *nb.holding.get(table, {}))) if c != "_uuid"]
+            for table in MANAGED_COLUMNS}
+        self._defaults = {table: {c: _default(nb.db.tables[table].columns[c].type)
+                                  for c in columns} for table, columns in self._columns.items()}
+        self._rpc: Rpc | None = None
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._keep, daemon=True,
+                                        name=f"unet-watch {manager}")
+
+    # -- the contract -----------------------------------------------------------------------
+    def start(self, timeout: float) -> None:
+        """Connect and load every row (waiting up to `timeout` seconds for the first state)."""
+        self._thread.start()
+        if not self.loaded.wait(timeout):
+            raise ConnectionLost(self.failure or f"no initial state within {timeout:g} s")
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join()
+        if self._rpc is not None:
+            self._rpc.close()
+
+    def take_changes(self) -> frozenset[str] | None:
+        with self._lock:
+            owners = None if self._everything else frozenset(self._owners)
+            self._owners, self._everything = set(), False
+            return owners
+
+    @property
+    def allocation_version(self) -> int:
+        return self._allocations
+
+    def sync(self) -> None:
+        """Every change committed before this call is in the replica (see the module's
+        docstring); raises ConnectionLost when the connection is down."""
+        rpc = self._rpc
+        if rpc is None or self.failure is not None:
+            raise ConnectionLost(self.failure or "the watch is not connected")
+        with rpc.busy:
+            rpc._request("echo", [])
+
+    def observe(self, owners: Iterable[str] | None = None) -> OvnObservation:
+        """The installation's objects as the replica holds them after `sync` (only those of
+        `owners`, when given: the references and parents of the others still count)."""
+        self.sync()
+        with self._lock:
+            index = self._index
+            if index.stale:
+                index.rebuild(self.rows)
+            wanted = [(table, uuid) for table, rows in self.rows.items() for uuid in rows] \
+                if owners is None else sorted({place for owner in owners
+                                               for place in index.owned.get(owner, ())})
+            rows = [(table, self.rows[table][uuid]) for table, uuid in wanted]
+            inside = index.foreign_inside(rows, self.nb.holding)
+            parent_of = index.parents([uuid for _table, uuid in wanted])
+            objects = [_object(self.nb.db, table, row, index.key_of, parent_of, self.manager, ())
+                       for table, row in rows if row["_uuid"][1] in index.key_of]
+            names = {table: set(found.values()) for table, found in self.others.items()
+                     if found}
+            uuids = dict(index.uuids)
+            applied = self.global_ids.get(self.applied_tag)
+        if inside:  # rows of others inside ours: described for people, with one request
+            described = self.nb._describe(self.installation,
+                                          {child for found in inside.values() for child in found})
+            objects = [_with_holds(obj, inside.get(uuids[obj.key][1], ()), described)
+                       for obj in objects]
+        children = sorted(f"{child_table} {child} in {table} {row.get('name')}"
+                          for table, row in rows if table in PARENT_COLUMNS
+                          for child_table, child in inside.get(row["_uuid"][1], ())
+                          if child_table not in NAMED_TABLES)
+        return OvnObservation(objects, applied or None, self.manager, names, children, uuids)
+
+    # -- the thread -------------------------------------------------------------------------
+    def _keep(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._connect()
+                self.failure = None
+                while not self._closed.is_set():
+                    rpc = self._rpc
+                    assert rpc is not None
+                    with rpc.busy:
+                        message = rpc._receive(until=time.monotonic() + _SLICE)
+                        if message is not None:
+                            rpc._handle(message)
+                    if message is None:
+                        time.sleep(0.01)  # let `sync` have the connection
+            except Exception as exc:  # the server is away: keep trying, report meanwhile
+                self.failure = f"watching {self.nb.remote}: {exc}"
+                if self._rpc is not None:
+                    self._rpc.close()
+                    self._rpc = None
+                self._closed.wait(_RETRY)
+
+    def _connect(self) -> None:
+        rpc = Rpc(self.nb.remote, self.nb.timeouts, self.nb.tls)
+        rpc.on_update = self._notified
+        with rpc.busy:
+            found, last, updates = rpc._request("monitor_cond_since", [
+                "OVN_Northbound", OURS, self._ours_requests(), self.last_txn])
+            others = rpc._request("monitor_cond", ["OVN_Northbound", OTHERS,
+                                                   self._others_requests()])
+        with self._lock:
+            if not found:
+                self.rows = {table: {} for table in MANAGED_COLUMNS}
+                self._index = _Index()
+                self._everything = True
+                self._allocations += 1
+            again = self.loaded.is_set()
+            self.others = {table: {} for table in NAMED_TABLES}
+            self.global_ids = {}
+            self._apply_ours(updates)
+            self._apply_others(others)
+            self.last_txn = last
+        self._rpc = rpc
+        self.loaded.set()
+        if again:  # what changed while it was away is only known now: a run, at once
+            self.reconnects += 1
+            self.wake.set()
+
+    def _ours_requests(self) -> dict[str, Any]:
+        tag = ["external_ids", "includes", ["map", [[TAG_INSTALLATION, self.installation]]]]
+        return {table: [{"columns": columns, "where": [tag]}]
+                for table, columns in self._columns.items()}
+
+    def _others_requests(self) -> dict[str, Any]:
+        tag = ["external_ids", "excludes", ["map", [[TAG_INSTALLATION, self.installation]]]]
+        out: dict[str, Any] = {table: [{"columns": ["name"], "where": [tag]}]
+                               for table in NAMED_TABLES}
+        out["NB_Global"] = [{"columns": ["external_ids"]}]
+        return out
+
+    def _notified(self, method: str, params: list[Any]) -> None:
+        with self._lock:
+            if method == "update3" and params and params[0] == OURS:
+                self._apply_ours(params[2])
+                self.last_txn = params[1]
+            elif method == "update2" and params and params[0] == OTHERS:
+                self._apply_others(params[1])
+                return  # others' names and unet's own marks: nothing to plan
+            else:
+                return
+        self.wake.set()
+
+    # -- applying updates -------------------------------------------------------------------
+    def _apply_ours(self, updates: dict[str, Any]) -> None:
+        for table, rows in updates.items():
+            held = self.rows[table]
+            for uuid, update in rows.items():
+                before = held.get(uuid)
+                after = self._updated(table, uuid, before, update)
+                if after is None:
+                    held.pop(uuid, None)
+                else:
+                    held[uuid] = after
+                self._index.update(table, uuid, before, after)
+                for row in (before, after):
+                    if row is not None:
+                        self._owners.add(_tag(row, TAG_OWNER) or "")
+                if _allocations(before) != _allocations(after):
+                    self._allocations += 1
+
+    def _updated(self, table: str, uuid: str, before: Row | None, update: dict[str, Any]
+                 ) -> Row | None:
+        if "delete" in update:
+            return None
+        new = _new_row(update)
+        if new is not None:
+            return {**self._defaults[table], **new, "_uuid": ["uuid", uuid]}
+        if before is None:
+            return None  # a change to a row never seen: the next full state has it
+        row = dict(before)
+        columns = self.nb.db.tables[table].columns
+        for column, diff in update.get("modify", {}).items():
+            row[column] = _patched(row[column], diff, columns[column].type)
+        return row
+
+    def _apply_others(self, updates: dict[str, Any]) -> None:
+        for table, rows in updates.items():
+            for uuid, update in rows.items():
+                if table == "NB_Global":
+                    if "delete" in update:
+                        self.global_ids = {}
+                        continue
+                    new = _new_row(update)
+                    if new is not None:
+                        self.global_ids = dict(new.get("external_ids", ["map", []])[1])
+                    elif "external_ids" in update.get("modify", {}):
+                        self.global_ids = _patched_map(self.global_ids,
+                                                       update["modify"]["external_ids"])
+                    continue
+                if "delete" in update:
+                    self.others[table].pop(uuid, None)
+                    continue
+                new = _new_row(update) or update.get("modify")
+                if new is not None and isinstance(new.get("name"), str):
+                    self.others[table][uuid] = new["name"]
+
+
+class _Index:
+    """What observing needs across rows, kept as rows change rather than found again by
+    reading every row: keys, the rows of each owner, and each child's parent."""
+
+    def __init__(self) -> None:
+        self.key_of: dict[str, str] = {}  # row UUID → key
+        self.uuids: dict[str, tuple[str, str]] = {}  # key → (table, UUID)
+        self.owned: dict[str, set[tuple[str, str]]] = {}  # owner → (table, UUID) of its rows
+        self.parent_of: dict[str, tuple[str, str]] = {}  # child UUID → (parent UUID, column)
+        self.stale = False  # two rows claimed one key: `rebuild` settles who keeps it
+
+    def update(self, table: str, uuid: str, before: Row | None, after: Row | None) -> None:
+        old_owner = _tag(before, TAG_OWNER) if before is not None else None
+        new_owner = _tag(after, TAG_OWNER) if after is not None else None
+        if before is not None and old_owner is not None:
+            self.owned.get(old_owner, set()).discard((table, uuid))
+        if after is not None and new_owner is not None:
+            self.owned.setdefault(new_owner, set()).add((table, uuid))
+        old_key = _tag(before, TAG_KEY) if before is not None else None
+        new_key = _tag(after, TAG_KEY) if after is not None else None
+        if old_key != new_key or after is None:
+            key = self.key_of.pop(uuid, None)
+            if key is not None and self.uuids.get(key) == (table, uuid):
+                del self.uuids[key]
+            self.stale = self.stale or (key is not None and "#duplicate-" in key)
+            if new_key is not None:
+                if new_key in self.uuids:
+                    self.stale = True
+                else:
+                    self.key_of[uuid], self.uuids[new_key] = new_key, (table, uuid)
+        for column in PARENT_COLUMNS.get(table, ()):
+            gone = set(_atoms(before[column])) if before is not None else set()
+            new = set(_atoms(after[column])) if after is not None else set()
+            for child in gone - new:
+                if self.parent_of.get(child, ("",))[0] == uuid:
+                    del self.parent_of[child]
+            for child in new - gone:
+                self.parent_of[child] = (uuid, column)
+
+    def rebuild(self, rows: dict[str, dict[str, Row]]) -> None:
+        """Keys as a read of every row gives them (live._keys: the first by UUID keeps a
+        key two rows claim)."""
+        self.key_of, self.uuids = _keys({table: list(found.values())
+                                         for table, found in rows.items()})
+        self.stale = False
+
+    def parents(self, uuids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """Child UUID → (parent key, column), for these rows."""
+        out = {}
+        for uuid in uuids:
+            found = self.parent_of.get(uuid)
+            if found is not None and found[0] in self.key_of:
+                out[uuid] = (self.key_of[found[0]], found[1])
+        return out
+
+    def foreign_inside(self, rows: list[tuple[str, Row]], holding: dict[str, dict[str, str]]
+                       ) -> dict[str, list[tuple[str, str]]]:
+        """UUID of each of these rows → the rows of others it holds, as (table, UUID)."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for table, row in rows:
+            for column, child_table in holding.get(table, {}).items():
+                for child in _atoms(row[column]):
+                    if child not in self.key_of:
+                        out.setdefault(row["_uuid"][1], []).append((child_table, child))
+        return out
+
+
+def _with_holds(obj: BackendObject, inside: Iterable[tuple[str, str]],
+                described: dict[str, str]) -> BackendObject:
+    holds = tuple(sorted(described[child] for _table, child in inside))
+    return dataclasses.replace(obj, holds=holds) if holds else obj
+
+
+def _default(kind: Any) -> Any:
+    """A column's default value, as OVSDB's JSON writes it (update2 leaves defaults out)."""
+    if kind.is_map():
+        return ["map", []]
+    if kind.is_set() or kind.is_optional():
+        return ["set", []]
+    return _SCALAR_DEFAULTS.get(kind.key.type.to_string(), ["uuid", _ZERO_TXN])
+
+
+_SCALAR_DEFAULTS: dict[str, Any] = {"integer": 0, "real": 0.0, "boolean": False, "string": ""}
+
+
+def _new_row(update: dict[str, Any]) -> Row | None:
+    """The columns of an update2 `initial` or `insert` (those left out hold their default)."""
+    return update["initial"] if "initial" in update else update.get("insert")
+
+
+def _tag(row: Row, name: str) -> str | None:
+    return next((value for key, value in row["external_ids"][1] if key == name), None)
+
+
+def _allocations(row: Row | None) -> list[Any]:
+    if row is None:
+        return []
+    return [pair for pair in row["external_ids"][1] if pair[0].startswith(TAG_ALLOCATION)]
+
+
+def _patched(value: Any, diff: Any, kind: Any) -> Any:
+    """A column's value after an update2 `modify`: scalars are replaced, a set's diff is the
+    elements added or removed, a map's the keys added, removed or given a new value."""
+    if kind.is_map():
+        pairs = _patched_map({_hashable(k): v for k, v in _pairs(value)}, diff)
+        return ["map", [[list(k) if isinstance(k, tuple) else k, v] for k, v in pairs.items()]]
+    if kind.is_set() or kind.is_optional():
+        elements = _elements(value)
+        for element in _elements(diff):
+            if element in elements:
+                elements.remove(element)
+            else:
+                elements.append(element)
+        return elements[0] if len(elements) == 1 else ["set", elements]
+    return diff
+
+
+def _patched_map(current: dict[Any, Any], diff: Any) -> dict[Any, Any]:
+    out = dict(current)
+    for key, value in _pairs(diff):
+        key = _hashable(key)
+        if key not in out:
+            out[key] = value
+        elif out[key] == value:
+            del out[key]
+        else:
+            out[key] = value
+    return out
+
+
+def _pairs(value: Any) -> list[list[Any]]:
+    return value[1] if isinstance(value, list) and value and value[0] == "map" else []
+
+
+def _elements(value: Any) -> list[Any]:
+    if isinstance(value, list) and value and value[0] == "set":
+        return list(value[1])
+    return [value]
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value

@@ -1,0 +1,104 @@
+"""The reconcile daemon's replicas of its backends (managers.base.Watch): opened once the
+repo names its managers, kept for the life of the daemon, opened again when the managers
+or their configs change.
+
+Watching needs every manager of the run to have a change feed (`Session.watch`) and no
+manager read only for its allocations (a hosting cluster's k8s manager without its fabric):
+otherwise the daemon reads the backends on every run, as `--once` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from managers.base import Manager, Watch
+
+from .history import now
+
+#: Seconds to wait for a replica's first full state.
+LOAD_TIMEOUT = 600.0
+
+
+class Watches:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.watches: dict[str, Watch] = {}
+        self.unsupported: str | None = None  # why the daemon polls instead
+        self._key: str | None = None
+        self._stack = contextlib.ExitStack()
+        self.wake = threading.Event()  # a change arrived in some replica
+
+    def follow(self, managers: Mapping[str, Manager], readers: Mapping[str, Manager]
+               ) -> dict[str, Watch]:
+        """The replicas of these managers' backends (opened now if need be); {} when they
+        cannot be watched, or a replica's feed is down: the run then reads the backends."""
+        key = json.dumps({name: [type(m).__name__, m.config.model_dump(mode="json")]
+                          for name, m in sorted(managers.items())}, sort_keys=True)
+        if key != self._key:
+            self.close()
+            self.unsupported = "a manager is read for its allocations only" if readers \
+                else None
+            if self.unsupported is None:
+                self._open(managers)
+            if self.watches or self.unsupported is not None:
+                self._key = key  # else not reachable now: the next run tries again
+        if self.unsupported is not None or any(w.failure for w in self.watches.values()):
+            return {}
+        return dict(self.watches)
+
+    def _open(self, managers: Mapping[str, Manager]) -> None:
+        try:
+            for name in sorted(managers):
+                session = self._stack.enter_context(managers[name].connect(self.workdir))
+                watch = self._stack.enter_context(session.watch(LOAD_TIMEOUT))
+                self.watches[name] = watch
+                threading.Thread(target=self._relay, args=(watch,), daemon=True,
+                                 name=f"unet-wake {name}").start()
+        except NotImplementedError:
+            self.close()
+            self.unsupported = "a manager's backend has no change feed"
+        except Exception as exc:  # not reachable now: this run reads, the next tries again
+            self.close()
+            _log(f"cannot watch the backends: {exc}; reading them on every run meanwhile")
+        if self.unsupported is not None:
+            _log(f"not watching: {self.unsupported}; reading the backends on every run")
+
+    def _relay(self, watch: Watch) -> None:
+        while watch in self.watches.values():
+            if watch.wake.wait(0.5):
+                watch.wake.clear()
+                self.wake.set()
+
+    def changes(self) -> frozenset[str] | None:
+        """Owners whose backend objects changed since the last call; None: plan everything."""
+        owners: set[str] = set()
+        everything = False
+        for watch in self.watches.values():
+            found = watch.take_changes()
+            if found is None:
+                everything = True
+            else:
+                owners |= found
+        return None if everything or not self.watches else frozenset(owners)
+
+    @property
+    def allocations(self) -> tuple[Any, ...]:
+        """Changes whenever an allocation recorded in a replica may have changed."""
+        return tuple((id(w), w.allocation_version) for _, w in sorted(self.watches.items()))
+
+    def close(self) -> None:
+        self.watches = {}
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+
+
+def _log(message: str) -> None:
+    sys.stderr.write(json.dumps({"ts": now(), "event": "watch", "message": message},
+                                sort_keys=True) + "\n")
+    sys.stderr.flush()

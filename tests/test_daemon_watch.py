@@ -1,0 +1,280 @@
+"""Issue 17: the reconcile daemon watches the Northbound database instead of reading it on
+every run. Against a real ovsdb-server: the replica equals a full read; a hand edit is
+repaired within seconds by a plan of only its owner; nothing changed means no plan at all;
+after a lost connection, a server restart (with rows changed while it was down) and a Git
+force-push the daemon still ends equal to the branch. The cache of the rendered desired
+state is keyed by every input.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from managers.ovn import OvnManager
+from reconciler.cache import inputs_digest
+from reconciler.daemon.loop import Options, Reconciler
+from reconciler.model import Model
+from reconciler.objects import Held
+from reconciler.pipeline import managers_of, rendered_key
+from reconciler.validate import repo_files, validate_repo
+
+from .support.gitops import add_instance, commit_all, git, ovn_only_repo
+from .support.ovnlab import NB_SCHEMA, OvnLab
+from .support.unixproxy import UnixProxy
+from .test_gitops_daemon import (
+    history,
+    nbctl,
+    pushed_origin,
+    spawn,
+    stopped_at_end,
+    wait_until,
+)
+
+
+@pytest.fixture
+def nb(tmp_path: Path) -> Iterator[OvnLab]:
+    """A Northbound ovsdb-server only (no southbound, no northd: nothing here needs them)."""
+    lab = OvnLab(tmp_path / "ovn")
+    lab.root.mkdir(parents=True)
+    lab.start_db("nb", NB_SCHEMA)
+    try:
+        yield lab
+    finally:
+        lab.stop()
+
+
+def _reconciler(work: Path, tmp_path: Path) -> Reconciler:
+    return Reconciler(Options(path=work, state_dir=tmp_path / "state", workdir=tmp_path,
+                              watch=True, resync_interval=3600.0))
+
+
+def _first_acl(remote: str) -> str:
+    return nbctl(remote, "--bare", "--columns=_uuid", "find", "ACL",
+                 "external_ids:unet\\:installation=example").split()[0]
+
+
+def test_the_replica_is_what_a_full_read_finds_and_follows_every_edit(
+        nb: OvnLab, tmp_path: Path) -> None:
+    work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="repair")
+    reconciler = _reconciler(work, tmp_path)
+    try:
+        assert reconciler.run_once().result == "applied"
+        head = validate_repo(work)
+        manager = managers_of(Model(head.context), resolve=True)["ovn"]
+        assert isinstance(manager, OvnManager)
+        with manager.connect(tmp_path) as session, session.watch(60) as watch:
+            assert watch.take_changes() is None, "the first state: everything is new"
+            port = _vm_port(nb.nb_remote)
+            acl = _first_acl(nb.nb_remote)
+            nbctl(nb.nb_remote, "set", "ACL", acl, "priority=1999", "--", "set",
+                  "Logical_Switch_Port", port, "external_ids:hand=edit", "--",
+                  "add", "Logical_Switch_Port", port, "addresses", "dynamic")
+            nbctl(nb.nb_remote, "ls-add", "ls-of-others", "--", "lsp-add", "ls-of-others",
+                  "theirs")  # not ours: no plan
+            read = session.observe()
+            kept = watch.observe()
+            assert {o.uid: o for o in kept.objects} == {o.uid: o for o in read.objects}
+            assert kept.uuids == read.uuids and kept.foreign_names == read.foreign_names
+            assert kept.applied_digest == read.applied_digest
+            changed = watch.take_changes()
+            assert changed and len(changed) == 2, changed
+            targeted = watch.observe(changed)
+            assert {o.owner for o in targeted.objects} == set(changed)
+            assert {o.uid: o for o in targeted.objects} == {
+                o.uid: o for o in read.objects if o.owner in changed}
+            assert watch.take_changes() == frozenset(), "taken once"
+    finally:
+        assert reconciler.watches is not None
+        reconciler.watches.close()
+
+
+def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_path: Path
+                                                           ) -> None:
+    work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="repair")
+    reconciler = _reconciler(work, tmp_path)
+    try:
+        first = reconciler.run_once()
+        assert (first.result, first.scope) == ("applied", "full")
+        settled = reconciler.run_once()  # its own rows recorded allocations: read them all
+        assert (settled.result, settled.scope) == ("ok", "full")
+        renders = reconciler.rendered.renders
+        idle = reconciler.run_once()
+        assert (idle.result, idle.scope, idle.locked_at) == ("ok", None, None), \
+            "nothing changed anywhere: no lock, no plan"
+
+        acl = _first_acl(nb.nb_remote)
+        nbctl(nb.nb_remote, "set", "ACL", acl, "priority=1999")
+        _wait_for(reconciler)
+        repaired = reconciler.run_once()
+        assert repaired.result == "applied" and repaired.drift == repaired.repaired == 1
+        assert repaired.scope == "1 owner"
+        assert sum(repaired.row_counts.values()) < first.row_counts["create"] / 5
+        assert nbctl(nb.nb_remote, "get", "ACL", acl, "priority").strip() != "1999"
+        assert reconciler.rendered.renders == renders, "the desired state was reused"
+
+        # An allocation recorded by hand: an input of the desired state, so it is rendered
+        # again from what the backend now records, as a one-shot run would.
+        port = _vm_port(nb.nb_remote)
+        nbctl(nb.nb_remote, "lsp-del", port)
+        _wait_for(reconciler)
+        recreated = reconciler.run_once()
+        assert (recreated.result, recreated.scope) == ("applied", "full")
+        assert reconciler.rendered.renders == renders + 1
+        assert port in nbctl(nb.nb_remote, "--bare", "--columns=name", "list",
+                             "Logical_Switch_Port")
+    finally:
+        assert reconciler.watches is not None
+        reconciler.watches.close()
+
+
+def test_report_mode_keeps_reporting_drift_it_leaves(nb: OvnLab, tmp_path: Path) -> None:
+    work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="report")
+    reconciler = _reconciler(work, tmp_path)
+    try:
+        reconciler.run_once()
+        reconciler.run_once()
+        acl = _first_acl(nb.nb_remote)
+        nbctl(nb.nb_remote, "set", "ACL", acl, "priority=1999")
+        _wait_for(reconciler)
+        for _ in range(2):  # the second run saw no new change: the drift is still there
+            run = reconciler.run_once()
+            assert (run.result, run.drift, run.repaired) == ("drift", 1, 0)
+            assert run.scope == "1 owner"
+        assert nbctl(nb.nb_remote, "get", "ACL", acl, "priority").strip() == "1999"
+    finally:
+        assert reconciler.watches is not None
+        reconciler.watches.close()
+
+
+def test_after_a_lost_connection_and_a_server_restart_the_daemon_catches_up(
+        nb: OvnLab, tmp_path: Path) -> None:
+    proxy_path = tmp_path / "proxy.sock"
+    with UnixProxy(proxy_path, nb.nb_sock) as proxy:
+        work = ovn_only_repo(tmp_path / "work", northbound=proxy.remote, mode="repair")
+        reconciler = _reconciler(work, tmp_path)
+        try:
+            reconciler.run_once()
+            reconciler.run_once()
+            # The connection is cut, and a row edited meanwhile: the replica loads again.
+            assert proxy.cut_all() >= 1
+            acl = _first_acl(nb.nb_remote)
+            nbctl(nb.nb_remote, "set", "ACL", acl, "priority=1999")
+            _wait_for(reconciler)
+            run = reconciler.run_once()
+            assert (run.result, run.scope, run.repaired) == ("applied", "full", 1), run
+
+            # The server restarts, with a row changed in its file while it was down.
+            nb.stop_daemon("nb")
+            _edit_offline(nb.root / "nb.db", acl, 1888)
+            nb.start_db("nb", NB_SCHEMA)
+            _wait_for(reconciler, timeout=30)
+            run = reconciler.run_once()
+            assert (run.result, run.scope, run.repaired) == ("applied", "full", 1), run
+            assert nbctl(nb.nb_remote, "get", "ACL", acl, "priority").strip() != "1888"
+            assert reconciler.run_once().result == "ok"
+        finally:
+            assert reconciler.watches is not None
+            reconciler.watches.close()
+
+
+def _edit_offline(db: Path, acl: str, priority: int) -> None:
+    """Change an ACL in the database file, with the server down (a restore of an older
+    backup, say)."""
+    done = subprocess.run(["ovsdb-tool", "transact", str(db), _transaction(
+        [{"op": "update", "table": "ACL", "where": [["_uuid", "==", ["uuid", acl]]],
+          "row": {"priority": priority}}])], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout)[0] == {"count": 1}, done.stdout
+
+
+def _transaction(operations: list[dict[str, Any]]) -> str:
+    return json.dumps(["OVN_Northbound", *operations])
+
+
+def test_a_force_push_is_followed(nb: OvnLab, tmp_path: Path) -> None:
+    work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="repair")
+    origin, first = pushed_origin(tmp_path, work)
+    daemon_dir, state = tmp_path / "daemon", tmp_path / "state"
+    daemon_dir.mkdir()
+    proc, _out, err = spawn(daemon_dir, "reconcile", "--repo", str(origin), "--interval", "1s",
+                            "--metrics-port", "0", "--metrics-address", "127.0.0.1",
+                            "--state-dir", str(state), name="daemon")
+    with stopped_at_end(proc):
+        wait_until("the first revision applied", lambda: any(
+            r["revision"] == first and r["result"] == "applied" for r in history(state)),
+            proc, err)
+        add_instance(work, "web-9")
+        second = commit_all(work, "web-9")
+        git(work, "push", "-q", "origin", "main")
+        wait_until("web-9 applied", lambda: "web-9" in nbctl(
+            nb.nb_remote, "--bare", "--columns=name", "list", "Logical_Switch_Port"), proc, err)
+        git(work, "reset", "-q", "--hard", first)
+        git(work, "push", "-q", "--force", "origin", "main")
+        before = len(history(state))
+        wait_until("the force-pushed revision reconciled", lambda: any(
+            r["revision"] == first and r["result"] == "applied"
+            for r in history(state)[before:]), proc, err)
+        assert "web-9" not in nbctl(nb.nb_remote, "--bare", "--columns=name", "list",
+                                    "Logical_Switch_Port")
+        assert second not in [r["revision"] for r in history(state)[-1:]]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert "Traceback" not in err.read_text()
+
+
+def test_the_rendered_cache_key_holds_every_input(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    work = ovn_only_repo(tmp_path / "work", northbound="${UNET_TEST_NB}")
+    monkeypatch.setenv("UNET_TEST_NB", "unix:/nowhere/a.sock")
+
+    def key(held: dict[str, Held] | None = None, only: list[str] | None = None) -> str:
+        items = list(repo_files(work, None))
+        head = validate_repo(work)
+        managers = managers_of(Model(head.context), only, resolve=True)
+        return rendered_key(inputs_digest(items, 1 << 20), managers,
+                            held if held is not None else {"a": Held("10.0.0.5", "s")})
+
+    base = key()
+    assert key() == base, "the same inputs: the same key"
+    changed = {
+        "a manifest": lambda: (work / "tenants" / "acme" / "network.yaml").write_text(
+            (work / "tenants" / "acme" / "network.yaml").read_text() + "\n# a comment\n"),
+        "the environment of a config": lambda: monkeypatch.setenv("UNET_TEST_NB",
+                                                                  "unix:/nowhere/b.sock"),
+        "unet's code": lambda: monkeypatch.setattr("reconciler.cache.code_digest",
+                                                   lambda: "another version"),
+    }
+    for what, change in changed.items():
+        before = key()
+        change()
+        assert key() != before, f"{what} changed, the key did not"
+    after = key()
+    assert key(held={"a": Held("10.0.0.6", "s")}) != after, "an allocation's value"
+    assert key(held={"a": Held("10.0.0.5", "t")}) != after, "an allocation's scope"
+    assert key(held={}) != after, "an allocation released"
+    assert key(only=[]) != after, "the managers of the run"
+
+
+def _vm_port(remote: str) -> str:
+    """A VM's port: it records the addresses allocated to it."""
+    return next(name for name in nbctl(remote, "--bare", "--columns=name", "list",
+                                       "Logical_Switch_Port").split() if ".vm." in name)
+
+
+def _wait_for(reconciler: Reconciler, timeout: float = 10.0) -> None:
+    """Until a replica has news (what wakes the daemon)."""
+    assert reconciler.watches is not None
+    deadline = time.monotonic() + timeout
+    while not reconciler.watches.wake.is_set():
+        assert time.monotonic() < deadline, "no change arrived in the replica"
+        time.sleep(0.02)
+    time.sleep(0.2)  # the rest of the edit's transactions
+    reconciler.watches.wake.clear()
+
