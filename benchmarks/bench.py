@@ -541,6 +541,14 @@ STAGES: dict[str, Stage] = {
                                     heavy=True, backend="cluster",
                                     title="reconcile --once, nothing to do, on the cluster"),
 }
+#: The daemon's stages (daemon.py): a long-running `unet reconcile`, not one command per
+#: repetition; each is compared with the one-shot stage it replaces.
+DAEMON_STAGES = {"daemon-repair": "reconcile-drift", "daemon-idle": "reconcile-noop",
+                 "daemon-commit": "reconcile-noop"}
+DAEMON_TITLES = {
+    "daemon-repair": "daemon: a hand edit to one row repaired (median of 20, over tables)",
+    "daemon-idle": "daemon: a run with nothing changed (CPU per run)",
+    "daemon-commit": "daemon: a commit changing one tenant applied after the fetch"}
 #: Clustered stages and the standalone stage each is compared with.
 CLUSTERED = {"apply-cluster": "apply", "reconcile-noop-cluster": "reconcile-noop"}
 SOURCES: dict[str, str | None] = {"folder": None, "rev": "HEAD"}
@@ -1242,7 +1250,8 @@ def render_markdown(report: dict[str, Any], results: list[Result],
     header = ("stage", "source", "tenants", "manifests", "wall s", "cpu s", "peak MiB",
               "NB cpu s", "×wall", "×cpu", "×size", "load", "clean")
     for stage in dict.fromkeys(r.stage for r in results):
-        out += [f"**{stage}** — {STAGES[stage].title}", "",
+        title = STAGES[stage].title if stage in STAGES else DAEMON_TITLES[stage]
+        out += [f"**{stage}** — {title}", "",
                 _md_table(header, [(*_row(r)[:-1], "yes" if r.ok else f"NO: {r.note}")
                                    for r in results if r.stage == stage], right_from=2), ""]
     if comparisons:
@@ -1357,8 +1366,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Time unet on synthetic repos of growing size.")
     parser.add_argument("--sizes", type=_int_list, default=[100, 1000, 3000],
                         help="tenant counts, comma separated (default 100,1000,3000)")
-    parser.add_argument("--stages", type=_choice_list(list(STAGES)), default=list(STAGES),
-                        help=f"stages to measure: {', '.join(STAGES)} (default all)")
+    parser.add_argument("--stages", type=_choice_list([*STAGES, *DAEMON_STAGES]),
+                        default=[*STAGES, *DAEMON_STAGES],
+                        help=f"stages to measure: {', '.join([*STAGES, *DAEMON_STAGES])} "
+                             "(default all)")
     parser.add_argument("--sources", type=_choice_list(list(SOURCES)), default=["folder"],
                         help="validate reads the folder, Git (--rev HEAD), or both "
                              "(default folder)")
@@ -1438,7 +1449,8 @@ def run_benchmark(args: argparse.Namespace, work: Path) -> Report:
         scratch.mkdir(parents=True, exist_ok=True)
         nb = NbServer(Path(tempfile.mkdtemp(prefix="unet-nb-")))
         servers = {"standalone": nb}
-        if any(STAGES[stage].backend == "cluster" for stage in args.stages):
+        if any(stage in STAGES and STAGES[stage].backend == "cluster"
+               for stage in args.stages):
             servers["cluster"] = ClusterServer(Path(tempfile.mkdtemp(prefix="unet-cl-")))
         fx = Fixture(tenants, repo, live, scratch, nb, meta, servers=servers)
         try:
@@ -1464,6 +1476,8 @@ def _measure_size(args: argparse.Namespace, fx: Fixture, work: Path, report: Rep
         compare = [c for c in compare if c in ("observe", "cluster")]
     here: dict[tuple[str, str], Result] = {}
     for stage in args.stages:
+        if stage in DAEMON_STAGES:
+            continue
         spec = STAGES[stage]
         sources = [s for s in args.sources if s in spec.sources] or [spec.sources[0]]
         repeat = args.stage_repeat.get(stage, heavy if spec.heavy else light)
@@ -1474,10 +1488,12 @@ def _measure_size(args: argparse.Namespace, fx: Fixture, work: Path, report: Rep
         if stage == "validate" and "schema" in compare:
             report.comparisons.append(compare_schema(fx, here.get(("validate", "folder")),
                                                      heavy))
+    _measure_daemon(args.stages, fx, report, here)
     if "observe" in compare:
         report.comparisons.append(compare_observe(fx, heavy))
     if args.profile_size == fx.tenants and here:
-        stage = args.profile_stage or max(here.values(), key=lambda r: r.wall_s).stage
+        stage = args.profile_stage or max((r for r in here.values() if r.stage in STAGES),
+                                          key=lambda r: r.wall_s).stage
         report.profile = profile_stage(stage, fx, work)
     if "nbctl" in compare:
         smallest = fx.tenants == min(args.sizes)
@@ -1488,6 +1504,33 @@ def _measure_size(args: argparse.Namespace, fx: Fixture, work: Path, report: Rep
             pair = here.get((clustered, "folder")), here.get((standalone, "folder"))
             if pair[0] is not None and pair[1] is not None:
                 report.comparisons.append(compare_cluster(fx, *pair))
+
+
+def _measure_daemon(stages: Sequence[str], fx: Fixture, report: Report,
+                    here: dict[tuple[str, str], Result]) -> None:
+    from .daemon import measure_commit, measure_daemon
+
+    wanted = [stage for stage in stages if stage in DAEMON_STAGES]
+    if not wanted:
+        return
+    ensure_applied(fx)
+    print(f"  {', '.join(wanted)} ...", end="", file=sys.stderr, flush=True)
+    results = [r for r in measure_daemon(fx) if r.stage in wanted] \
+        if {"daemon-repair", "daemon-idle"} & set(wanted) else []
+    if "daemon-commit" in wanted:
+        results.append(measure_commit(fx))
+        fx.applied = False  # the commit changed the backend: apply again before other stages
+    print(" " + " ".join(f"{r.stage} {r.wall_s:.2f}s" for r in results), file=sys.stderr)
+    for result in results:
+        report.results.append(result)
+        here[(result.stage, "folder")] = result
+        one_shot = here.get((DAEMON_STAGES[result.stage], "folder"))
+        if one_shot is not None:
+            report.comparisons.append(Comparison(
+                f"{result.stage} vs {one_shot.stage}", fx.tenants, DAEMON_TITLES[result.stage],
+                STAGES[one_shot.stage].title, result.wall_s, result.cpu_s, one_shot.wall_s,
+                one_shot.cpu_s, ok=result.ok and one_shot.ok, note=result.note,
+                load=result.load))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -63,7 +63,7 @@ def _quiet(manager: str) -> ProgressFactory:
     return lambda index, waves, steps: lambda done, total: None
 
 
-def _render(head: Validation, held: Mapping[str, Held], only: Sequence[str]) -> Desired:
+def render_fresh(head: Validation, held: Mapping[str, Held], only: Sequence[str]) -> Desired:
     return render_desired(head, held, only=list(only))
 
 
@@ -80,7 +80,7 @@ class RunOptions:
     refresh_only: bool = False  # plan only drift
     waiting: Callable[[str], None] = say_waiting  # hears who holds a lock it waits for
     progress: Progress = _quiet
-    render: Render = _render
+    render: Render = render_fresh
     # The reconcile daemon's replicas (manager → Watch), read instead of the backends;
     # with `owners`, only those resources' objects are planned, against `rendered`.
     watches: Mapping[str, Watch] = field(default_factory=dict)

@@ -46,7 +46,7 @@ def test_daemon_cycles_freeze_nothing_and_do_not_grow(repo: Path, tmp_path: Path
                          if cycle % 2 else original)
         run = reconciler.run_once()
         heap.after_run()
-        assert run.result == "applied", run.message
+        assert run.result == "applied", f"cycle {cycle}: {run.message}"
         assert gc.get_freeze_count() == frozen, f"run {cycle + 1} froze objects for good"
         assert gc.garbage == [], f"run {cycle + 1} left uncollectable objects"
         assert threading.active_count() == threads, f"run {cycle + 1} left a thread running"

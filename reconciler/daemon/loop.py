@@ -237,6 +237,8 @@ class Reconciler:
         if self.parsed is None:
             self.parsed = ParsedFiles()
         items = list(repo_files(folder, rev, self.options.max_file_size))
+        if not self.options.watch:  # validated (and rendered) each run: no digest needed
+            return "", validate_files(iter(items), self.options.max_file_size, self.parsed)
         files = inputs_digest(items, self.options.max_file_size)
         if files not in self._validated:
             self._validated = {key: value for key, value in self._validated.items()
@@ -280,7 +282,8 @@ class Reconciler:
         options = engine.RunOptions(workdir=self.options.workdir,
                                     lock_timeout=self.options.lock_timeout,
                                     only=self.options.managers, waiting=_log_waiting,
-                                    render=self._render(files), watches=watches,
+                                    render=self._render(files) if files else
+                                    engine.render_fresh, watches=watches,
                                     owners=owners, rendered=rendered)
         outcome = engine.Outcome()
         self._since = None  # until this run has ended well
