@@ -171,6 +171,36 @@ def render_desired(validation: Validation, allocated: Mapping[str, Held],
     return Desired(model, allocations, _stamp(objects, model), managers, allocated)
 
 
+def rerender_tenants(before: Desired, base: Validation, head: Validation,
+                     tenants: frozenset[str]) -> Desired | None:
+    """The desired state of `head` made from `before`, the desired state of `base` rendered
+    with the same allocations, by rendering only `tenants` again: when nothing but those
+    tenants' manifests changed, no other tenant's objects can. None when the provider's own
+    objects would change too (they may gather what every tenant has): render everything.
+
+    Both revisions are rendered for `tenants` alone, so that the provider's objects, seen
+    through those tenants only, can be compared like with like.
+    """
+    only = list(before.managers)
+    old = render_desired(base, before.held, only=only, tenants=tenants)
+    new = render_desired(head, before.held, only=only, tenants=tenants)
+    if _provider_objects(old) != _provider_objects(new):
+        return None
+    kept = [o for o in before.objects if _tenant_of(o.owner) not in tenants]
+    mine = [o for o in new.objects if _tenant_of(o.owner) in tenants]
+    return Desired(new.model.full, new.allocations, kept + mine, new.managers, before.held)
+
+
+def _provider_objects(desired: Desired) -> dict[str, BackendObject]:
+    return {o.uid: o for o in desired.objects if _tenant_of(o.owner) is None}
+
+
+def _tenant_of(owner: str) -> str | None:
+    """The tenant of a resource's reference (`Kind/tenant/name`; `Kind/name`: the provider)."""
+    parts = owner.split("/")
+    return parts[1] if len(parts) == 3 else None
+
+
 def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
     """Tag every row with its owner's immutable fields and protection."""
     owners = {m.ref: m for m in model.ctx.manifests}

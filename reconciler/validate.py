@@ -80,7 +80,10 @@ class ParsedFiles:
         return found
 
     def forget_unused(self) -> None:
-        """Keep only the files parsed or reused since the last call."""
+        """Keep only the files parsed or reused since the last call (all of them when none
+        was: the daemon did not validate an unchanged revision again)."""
+        if not self._used:
+            return
         self._files = {key: found for key, found in self._files.items() if key in self._used}
         self._used = set()
 

@@ -23,8 +23,14 @@ from reconciler.cache import inputs_digest
 from reconciler.daemon.loop import Options, Reconciler
 from reconciler.model import Model
 from reconciler.objects import Held
-from reconciler.pipeline import managers_of, rendered_key
-from reconciler.validate import repo_files, validate_repo
+from reconciler.pipeline import (
+    changed_tenants,
+    managers_of,
+    render_desired,
+    rendered_key,
+    rerender_tenants,
+)
+from reconciler.validate import ParsedFiles, repo_files, validate_repo
 
 from .support.gitops import add_instance, commit_all, git, ovn_only_repo
 from .support.ovnlab import NB_SCHEMA, OvnLab
@@ -278,3 +284,58 @@ def _wait_for(reconciler: Reconciler, timeout: float = 10.0) -> None:
     time.sleep(0.2)  # the rest of the edit's transactions
     reconciler.watches.wake.clear()
 
+
+
+EDITS_OF_ONE_TENANT = {
+    "a rule changed": ("tenants/acme/security-groups.yaml", "portFrom: 22\n      portTo: 22",
+                       "portFrom: 2222\n      portTo: 2222"),
+    "a VM added": ("tenants/acme/compute.yaml", None, "---\napiVersion: network.osac.io/"
+                   "v1alpha1\nkind: ComputeInstance\nmetadata:\n  name: web-9\nspec:\n"
+                   "  networkAttachments:\n    - subnet: web\n      securityGroups: [web]\n"),
+    "a rule of another tenant": ("tenants/globex/security-groups.yaml", "portFrom: 8443",
+                                 "portFrom: 9443"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS_OF_ONE_TENANT))
+def test_rendering_only_the_changed_tenants_gives_what_rendering_everything_does(
+        tmp_path: Path, edit: str) -> None:
+    work = ovn_only_repo(tmp_path / "work")
+    parsed = ParsedFiles()
+    base = validate_repo(work, parsed=parsed)
+    before = render_desired(base, {})
+    path, old, new = EDITS_OF_ONE_TENANT[edit]
+    text = (work / path).read_text()
+    (work / path).write_text(text + new if old is None else text.replace(old, new, 1))
+    head = validate_repo(work, parsed=parsed)
+    tenants = changed_tenants(base, head)
+    assert tenants == {path.split("/")[1]}
+    composed = rerender_tenants(before, base, head, tenants)
+    assert composed is not None
+    everything = render_desired(head, before.held)
+    assert {o.uid: o for o in composed.objects} == {o.uid: o for o in everything.objects}
+    assert composed.digest("ovn") == everything.digest("ovn")
+
+
+def test_a_commit_of_one_tenant_is_planned_for_that_tenant_and_leaves_nothing(
+        nb: OvnLab, tmp_path: Path) -> None:
+    work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="repair")
+    reconciler = _reconciler(work, tmp_path)
+    try:
+        reconciler.run_once()
+        reconciler.run_once()
+        rules = work / "tenants" / "acme" / "security-groups.yaml"
+        rules.write_text(rules.read_text().replace("portFrom: 22\n      portTo: 22",
+                                                   "portFrom: 2222\n      portTo: 2222", 1))
+        run = reconciler.run_once()
+        assert run.result == "applied" and run.scope != "full", run
+        acme = [m for m in validate_repo(work).manifests if m.tenant == "acme"]
+        assert run.scope == f"{len(acme)} owners", "acme's resources, and no others"
+        assert "2222" in nbctl(nb.nb_remote, "--bare", "--columns=match", "list", "ACL")
+        # A plan of everything, made afresh, agrees: nothing is left to do.
+        fresh = Reconciler(Options(path=work, state_dir=tmp_path / "fresh", workdir=tmp_path))
+        check = fresh.run_once()
+        assert (check.result, check.scope) == ("ok", "full"), check.message
+    finally:
+        assert reconciler.watches is not None
+        reconciler.watches.close()

@@ -348,12 +348,32 @@ class Reconciler:
             return {}, None, None
         changes = self.watches.changes()
         since = self._since
-        if changes is None or since is None or since.files != files \
-                or since.allocations != self.watches.allocations \
+        if changes is None or since is None or since.allocations != self.watches.allocations \
                 or time.monotonic() >= since.resync_due:
             return watches, None, None
-        owners = changes | since.outstanding
-        return (watches, owners, since.desired) if owners else None
+        if since.files == files:
+            owners = changes | since.outstanding
+            return (watches, owners, since.desired) if owners else None
+        found = self._changed_tenants(since, head)
+        if found is None:
+            return watches, None, None
+        desired, owners = found
+        return watches, owners | changes | since.outstanding, desired
+
+    def _changed_tenants(self, since: _Since, head: Any
+                         ) -> tuple[Any, frozenset[str]] | None:
+        """For a new revision that changes only some tenants' manifests: its desired state,
+        those tenants rendered again (pipeline.rerender_tenants), and the owners to plan
+        (every resource of those tenants, before and after); None: plan everything."""
+        from ..pipeline import changed_tenants, rerender_tenants
+
+        base = self._validated.get(since.files)
+        tenants = changed_tenants(base, head) if base is not None and base.ok else None
+        desired = rerender_tenants(since.desired, base, head, tenants) if tenants else None
+        if desired is None:
+            return None
+        return desired, frozenset(m.ref for m in (*base.manifests, *head.manifests)
+                                  if m.obj.scope == "tenant" and m.tenant in tenants)
 
     def _render(self, files: str) -> Any:
         """The desired state for the run, from the cache when its inputs are the same."""
