@@ -339,3 +339,26 @@ def test_a_commit_of_one_tenant_is_planned_for_that_tenant_and_leaves_nothing(
     finally:
         assert reconciler.watches is not None
         reconciler.watches.close()
+
+
+def test_a_server_away_when_the_daemon_starts_is_an_error_run_not_a_hang(
+        nb: OvnLab, tmp_path: Path) -> None:
+    work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="repair")
+    nb.stop_daemon("nb")
+    reconciler = _reconciler(work, tmp_path)
+    try:
+        started = time.monotonic()
+        away = reconciler.run_once()
+        assert away.result == "error" and "nb.sock" in away.message, away.message
+        assert time.monotonic() - started < 20
+        nb.start_db("nb", NB_SCHEMA)
+        assert reconciler.run_once().result == "applied"
+        reconciler.run_once()
+        acl = _first_acl(nb.nb_remote)
+        nbctl(nb.nb_remote, "set", "ACL", acl, "priority=1999")
+        _wait_for(reconciler)
+        run = reconciler.run_once()
+        assert (run.result, run.scope) == ("applied", "1 owner"), "watching once it is back"
+    finally:
+        assert reconciler.watches is not None
+        reconciler.watches.close()

@@ -32,6 +32,7 @@ from typing import Any
 from managers.base import Watch
 from reconciler.objects import TAG_ALLOCATION, TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject
 
+from .fence import OvnError
 from .live import (
     _COLUMNS,
     NAMED_TABLES,
@@ -88,10 +89,14 @@ class OvnWatch(Watch):
 
     # -- the contract -----------------------------------------------------------------------
     def start(self, timeout: float) -> None:
-        """Connect and load every row (waiting up to `timeout` seconds for the first state)."""
+        """Connect and load every row (waiting up to `timeout` seconds for the first state);
+        raises OvnError at once when the server cannot be reached."""
         self._thread.start()
-        if not self.loaded.wait(timeout):
-            raise ConnectionLost(self.failure or f"no initial state within {timeout:g} s")
+        deadline = time.monotonic() + timeout
+        while not self.loaded.wait(0.1):
+            if self.failure is not None or time.monotonic() > deadline:
+                raise OvnError(self.failure or f"watching {self.nb.remote}: no initial state "
+                                               f"within {timeout:g} s")
 
     def close(self) -> None:
         self._closed.set()
@@ -111,12 +116,17 @@ class OvnWatch(Watch):
 
     def sync(self) -> None:
         """Every change committed before this call is in the replica (see the module's
-        docstring); raises ConnectionLost when the connection is down."""
+        docstring); raises OvnError when the connection is down."""
         rpc = self._rpc
         if rpc is None or self.failure is not None:
-            raise ConnectionLost(self.failure or "the watch is not connected")
-        with rpc.busy:
-            rpc._request("echo", [])
+            raise OvnError(f"{self.failure or 'the watch is not connected'}; the next run "
+                           "reads the database itself")
+        try:
+            with rpc.busy:
+                rpc._request("echo", [])
+        except ConnectionLost as exc:
+            raise OvnError(f"watching {self.nb.remote}: {exc}; the next run reads the "
+                           "database itself") from exc
 
     def observe(self, owners: Iterable[str] | None = None) -> OvnObservation:
         """The installation's objects as the replica holds them after `sync` (only those of
