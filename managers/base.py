@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from reconciler.allocate import Allocations
     from reconciler.diff import Change
     from reconciler.model import Model
-    from reconciler.objects import BackendObject
+    from reconciler.objects import BackendObject, Held
     from reconciler.order import Step
     from reconciler.schema import Manifest
 
@@ -125,9 +125,9 @@ class Watch:
         full plan can tell (the first state, a feed that could not resume)."""
         raise NotImplementedError
 
-    @property
-    def allocation_version(self) -> int:
-        """Changes whenever an allocation recorded on an object may have changed."""
+    def held(self) -> Mapping[str, Held]:
+        """The allocations the replica's objects record, as `observed_allocations` finds
+        them in an observation of every object (an input of the desired state)."""
         raise NotImplementedError
 
     def observe(self, owners: Iterable[str] | None = None) -> Observation:

@@ -22,7 +22,7 @@ from managers.ovn import OvnManager
 from reconciler.cache import inputs_digest
 from reconciler.daemon.loop import Options, Reconciler
 from reconciler.model import Model
-from reconciler.objects import Held
+from reconciler.objects import Held, observed_allocations
 from reconciler.pipeline import (
     changed_tenants,
     managers_of,
@@ -90,6 +90,7 @@ def test_the_replica_is_what_a_full_read_finds_and_follows_every_edit(
             assert {o.uid: o for o in kept.objects} == {o.uid: o for o in read.objects}
             assert kept.uuids == read.uuids and kept.foreign_names == read.foreign_names
             assert kept.applied_digest == read.applied_digest
+            assert watch.held() == observed_allocations(read.objects)
             changed = watch.take_changes()
             assert changed and len(changed) == 2, changed
             targeted = watch.observe(changed)
@@ -109,8 +110,10 @@ def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_pat
     try:
         first = reconciler.run_once()
         assert (first.result, first.scope) == ("applied", "full")
-        settled = reconciler.run_once()  # its own rows recorded allocations: read them all
-        assert (settled.result, settled.scope) == ("ok", "full")
+        # The next run plans the owners of the rows the apply wrote (their change reached the
+        # replica), against the desired state cached under the allocations now recorded.
+        settled = reconciler.run_once()
+        assert settled.result == "ok" and settled.scope != "full", settled.scope
         renders = reconciler.rendered.renders
         idle = reconciler.run_once()
         assert (idle.result, idle.scope, idle.locked_at) == ("ok", None, None), \
@@ -133,6 +136,9 @@ def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_pat
         _wait_for(reconciler)
         recreated = reconciler.run_once()
         assert (recreated.result, recreated.scope) == ("applied", "full")
+        assert reconciler.rendered.renders == renders + 1
+        after = reconciler.run_once()
+        assert after.result == "ok" and after.scope != "full", "its allocations recorded again"
         assert reconciler.rendered.renders == renders + 1
         assert port in nbctl(nb.nb_remote, "--bare", "--columns=name", "list",
                              "Logical_Switch_Port")

@@ -30,7 +30,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from managers.base import Watch
-from reconciler.objects import TAG_ALLOCATION, TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject
+from reconciler.objects import (
+    TAG_ALLOCATION,
+    TAG_INSTALLATION,
+    TAG_KEY,
+    TAG_OWNER,
+    BackendObject,
+    Held,
+)
 
 from .fence import OvnError
 from .live import (
@@ -76,7 +83,6 @@ class OvnWatch(Watch):
         self._index = _Index()
         self._owners: set[str] = set()
         self._everything = True  # the next plan must be a full one
-        self._allocations = 0  # counts changes to recorded allocations
         self._columns = {table: [c for c in dict.fromkeys(
             (*_COLUMNS[table], *nb.holding.get(table, {}))) if c != "_uuid"]
             for table in MANAGED_COLUMNS}
@@ -110,9 +116,11 @@ class OvnWatch(Watch):
             self._owners, self._everything = set(), False
             return owners
 
-    @property
-    def allocation_version(self) -> int:
-        return self._allocations
+    def held(self) -> dict[str, Held]:
+        with self._lock:
+            if self._index.stale:
+                self._index.rebuild(self.rows)
+            return self._index.held()
 
     def sync(self) -> None:
         """Every change committed before this call is in the replica (see the module's
@@ -194,7 +202,6 @@ class OvnWatch(Watch):
                 self.rows = {table: {} for table in MANAGED_COLUMNS}
                 self._index = _Index()
                 self._everything = True
-                self._allocations += 1
             again = self.loaded.is_set()
             self.others = {table: {} for table in NAMED_TABLES}
             self.global_ids = {}
@@ -246,8 +253,6 @@ class OvnWatch(Watch):
                 for row in (before, after):
                     if row is not None:
                         self._owners.add(_tag(row, TAG_OWNER) or "")
-                if _allocations(before) != _allocations(after):
-                    self._allocations += 1
 
     def _updated(self, table: str, uuid: str, before: Row | None, update: dict[str, Any]
                  ) -> Row | None:
@@ -295,6 +300,8 @@ class _Index:
         self.uuids: dict[str, tuple[str, str]] = {}  # key → (table, UUID)
         self.owned: dict[str, set[tuple[str, str]]] = {}  # owner → (table, UUID) of its rows
         self.parent_of: dict[str, tuple[str, str]] = {}  # child UUID → (parent UUID, column)
+        self.owner_of: dict[str, str] = {}  # row UUID → owner
+        self.allocations: dict[str, list[tuple[str, str]]] = {}  # row UUID → its alloc tags
         self.stale = False  # two rows claimed one key: `rebuild` settles who keeps it
 
     def update(self, table: str, uuid: str, before: Row | None, after: Row | None) -> None:
@@ -304,6 +311,14 @@ class _Index:
             self.owned.get(old_owner, set()).discard((table, uuid))
         if after is not None and new_owner is not None:
             self.owned.setdefault(new_owner, set()).add((table, uuid))
+        self.owner_of.pop(uuid, None)
+        self.allocations.pop(uuid, None)
+        if after is not None:
+            self.owner_of[uuid] = new_owner or ""
+            found = [(key[len(TAG_ALLOCATION):], value) for key, value in after["external_ids"][1]
+                     if key.startswith(TAG_ALLOCATION)]
+            if found:
+                self.allocations[uuid] = found
         old_key = _tag(before, TAG_KEY) if before is not None else None
         new_key = _tag(after, TAG_KEY) if after is not None else None
         if old_key != new_key or after is None:
@@ -331,6 +346,21 @@ class _Index:
         self.key_of, self.uuids = _keys({table: list(found.values())
                                          for table, found in rows.items()})
         self.stale = False
+
+    def held(self) -> dict[str, Held]:
+        """As reconciler.objects.observed_allocations finds them: a value's scope is the
+        owner of the row's parent (unknown when rows of two scopes record it)."""
+        out: dict[str, Held] = {}
+        for uuid, found in self.allocations.items():
+            if uuid not in self.key_of:
+                continue  # a row observing would not give (no key)
+            parent = self.parent_of.get(uuid)
+            scope = self.owner_of.get(parent[0]) if parent is not None \
+                and parent[0] in self.key_of else None
+            for key, value in found:
+                seen = out.get(key)
+                out[key] = Held(value, scope if seen is None or seen.scope == scope else None)
+        return out
 
     def parents(self, uuids: Iterable[str]) -> dict[str, tuple[str, str]]:
         """Child UUID → (parent key, column), for these rows."""
@@ -378,12 +408,6 @@ def _new_row(update: dict[str, Any]) -> Row | None:
 
 def _tag(row: Row, name: str) -> str | None:
     return next((value for key, value in row["external_ids"][1] if key == name), None)
-
-
-def _allocations(row: Row | None) -> list[Any]:
-    if row is None:
-        return []
-    return [pair for pair in row["external_ids"][1] if pair[0].startswith(TAG_ALLOCATION)]
 
 
 def _patched(value: Any, diff: Any, kind: Any) -> Any:

@@ -83,7 +83,6 @@ class _Since:
     """What the last run of a watching daemon left, when it ended well."""
 
     files: str  # the digest of the revision's files it planned
-    allocations: Any  # the replicas' allocation versions when it observed them
     desired: Any  # the desired state it planned against
     outstanding: frozenset[str]  # owners with changes it left (drift, with `report`)
     resync_due: float  # monotonic time of the next full plan
@@ -274,9 +273,6 @@ class Reconciler:
                           "last run"
             return _Outcome()
         watches, owners, rendered = scope
-        # Read before the run observes: allocations the run itself records (or anyone records
-        # meanwhile) make the next run a full one, which reads them all again.
-        allocations = self.watches.allocations if self.watches is not None else ()
         run.scope = "full" if owners is None else \
             f"{len(owners)} owner{'' if len(owners) == 1 else 's'}"
         options = engine.RunOptions(workdir=self.options.workdir,
@@ -294,7 +290,7 @@ class Reconciler:
             run.locked_at, run.unlocked_at = outcome.locked_at, outcome.unlocked_at
         plan = outcome.plan
         assert plan is not None
-        self._remember(files, allocations, watches, outcome, run)
+        self._remember(files, watches, outcome, run)
         if not plan.ok:
             errors = [d for d in plan.diagnostics if d.is_error]
             run.errors = len(errors)
@@ -334,12 +330,13 @@ class Reconciler:
         the last run, which ended well, so there is nothing to plan.
 
         A run plans only the owners whose backend objects changed (and those it left
-        drifted) when the repo, unet and the allocations the backends record are as the
-        last run found them, and a full plan is not due; else everything."""
+        drifted) when the desired state for the revision and for the allocations the
+        replicas record is in the cache (`RenderedCache`, keyed by every input), and a full
+        plan is not due; else everything."""
         if self.watches is None:
             return {}, None, None
         from ..model import Model
-        from ..pipeline import allocation_readers, managers_of
+        from ..pipeline import allocation_readers, managers_of, rendered_key
 
         model = Model(head.context)
         managers = managers_of(model, self.options.managers, resolve=True)
@@ -348,16 +345,22 @@ class Reconciler:
             return {}, None, None
         changes = self.watches.changes()
         since = self._since
-        if changes is None or since is None or since.allocations != self.watches.allocations \
-                or time.monotonic() >= since.resync_due:
+        if changes is None or since is None or time.monotonic() >= since.resync_due:
             return watches, None, None
+        held = self.watches.held()
         if since.files == files:
+            desired = self.rendered.get(rendered_key(files, managers, held))
+            if desired is None:
+                return watches, None, None
             owners = changes | since.outstanding
-            return (watches, owners, since.desired) if owners else None
+            return (watches, owners, desired) if owners else None
+        if self.rendered.get(rendered_key(since.files, managers, held)) is not since.desired:
+            return watches, None, None
         found = self._changed_tenants(since, head)
         if found is None:
             return watches, None, None
         desired, owners = found
+        self.rendered.put(rendered_key(files, managers, held), desired)
         return watches, owners | changes | since.outstanding, desired
 
     def _changed_tenants(self, since: _Since, head: Any
@@ -393,8 +396,7 @@ class Reconciler:
 
         return Model(head.context)
 
-    def _remember(self, files: str, allocations: Any, watches: dict[str, Any], outcome: Any,
-                  run: Run) -> None:
+    def _remember(self, files: str, watches: dict[str, Any], outcome: Any, run: Run) -> None:
         """What the next run may build on: after a plan without errors whose apply (if any)
         completed, the owners it left drifted (`reconcile: report`) and the desired state."""
         from ..diff import NOOP
@@ -409,16 +411,19 @@ class Reconciler:
         outstanding = frozenset(c.obj.owner for c in plan.changes
                                 if c.actions != (NOOP,) and c.uid not in done)
         if applied is not None and applied.has_changes:
-            # What the apply recorded is what the desired state holds: the next full plan
-            # finds it under that key instead of rendering again.
-            held = {key: a.held() for key, a in desired.allocations.values.items()}
-            managers = managers_of(self._model(self._validated[files]), sorted(plan.managers),
-                                   resolve=True)
-            self.rendered.alias(rendered_key(files, managers, held))
+            # The backends now record the values the desired state allocated (when nobody
+            # changed one meanwhile): rendering with them gives it again, so it is cached
+            # under that key too.
+            held = self.watches.held()
+            chosen = {key: a.held().value for key, a in desired.allocations.values.items()}
+            if {key: h.value for key, h in held.items()} == chosen:
+                managers = managers_of(self._model(self._validated[files]),
+                                       sorted(plan.managers), resolve=True)
+                self.rendered.alias(rendered_key(files, managers, held))
         previous = self._since
         due = previous.resync_due if previous is not None and run.scope != "full" else \
             time.monotonic() + self.options.resync_interval
-        self._since = _Since(files, allocations, desired, outstanding, due)
+        self._since = _Since(files, desired, outstanding, due)
 
     def _elect(self, head: Any) -> str:
         """This replica's role, standing for the lock of the repo's first fabric manager

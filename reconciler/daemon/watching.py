@@ -15,9 +15,9 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from managers.base import Manager, Watch
+from reconciler.objects import Held
 
 from .history import now
 
@@ -87,10 +87,15 @@ class Watches:
                 owners |= found
         return None if everything or not self.watches else frozenset(owners)
 
-    @property
-    def allocations(self) -> tuple[Any, ...]:
-        """Changes whenever an allocation recorded in a replica may have changed."""
-        return tuple((id(w), w.allocation_version) for _, w in sorted(self.watches.items()))
+    def held(self) -> dict[str, Held]:
+        """The allocations the replicas' objects record (as a read of them all finds)."""
+        out: dict[str, Held] = {}
+        for _name, watch in sorted(self.watches.items()):
+            for key, held in watch.held().items():
+                seen = out.get(key)
+                out[key] = held if seen is None or seen.scope == held.scope else \
+                    Held(held.value, None)
+        return out
 
     def close(self) -> None:
         self.watches = {}
