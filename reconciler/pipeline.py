@@ -191,6 +191,14 @@ def rerender_tenants(before: Desired, base: Validation, head: Validation,
     return Desired(new.model.full, new.allocations, kept + mine, new.managers, before.held)
 
 
+def changed_owners(before: Desired, after: Desired) -> frozenset[str]:
+    """The owners of the objects that differ between two desired states."""
+    old, new = index_objects(before.objects), index_objects(after.objects)
+    return frozenset(obj.owner for uid in old.keys() | new.keys()
+                     if old.get(uid) != new.get(uid)
+                     for obj in (old.get(uid), new.get(uid)) if obj is not None)
+
+
 def _provider_objects(desired: Desired) -> dict[str, BackendObject]:
     return {o.uid: o for o in desired.objects if _tenant_of(o.owner) is None}
 

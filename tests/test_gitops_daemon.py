@@ -56,13 +56,20 @@ def spawn(cwd: Path, *args: str, name: str, env: dict[str, str] | None = None
 
 @contextlib.contextmanager
 def stopped_at_end(*procs: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Stopped as a Deployment stops them (SIGTERM), killed if that takes too long: a
+    watching daemon holds its embedded database server until it stops."""
     try:
         yield
     finally:
         for proc in procs:
             if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
                 proc.kill()
-            proc.wait(timeout=30)
+                proc.wait(timeout=30)
 
 
 def wait_until(what: str, check: Callable[[], Any], proc: subprocess.Popen[bytes] | None = None,

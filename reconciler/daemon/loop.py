@@ -336,7 +336,13 @@ class Reconciler:
         if self.watches is None:
             return {}, None, None
         from ..model import Model
-        from ..pipeline import allocation_readers, managers_of, rendered_key
+        from ..pipeline import (
+            allocation_readers,
+            changed_owners,
+            managers_of,
+            render_desired,
+            rendered_key,
+        )
 
         model = Model(head.context)
         managers = managers_of(model, self.options.managers, resolve=True)
@@ -349,10 +355,13 @@ class Reconciler:
             return watches, None, None
         held = self.watches.held()
         if since.files == files:
-            desired = self.rendered.get(rendered_key(files, managers, held))
-            if desired is None:
-                return watches, None, None
+            key = rendered_key(files, managers, held)
+            desired = self.rendered.get(key)
             owners = changes | since.outstanding
+            if desired is None:  # recorded allocations changed: rendered again, from them
+                desired = self.rendered.put(key, render_desired(head, held,
+                                                                only=sorted(managers)))
+                owners |= changed_owners(since.desired, desired)
             return (watches, owners, desired) if owners else None
         if self.rendered.get(rendered_key(since.files, managers, held)) is not since.desired:
             return watches, None, None
