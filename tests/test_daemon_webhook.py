@@ -58,6 +58,8 @@ def test_a_signed_push_webhook_makes_the_daemon_apply_at_once(tmp_path: Path) ->
         wait_until("the first revision applied", lambda: any(
             r["revision"] == first and r["result"] == "applied" for r in history(state)),
             proc, err)
+        # The run its own writes wake (it watches the database), which finds nothing to do.
+        wait_until("the daemon quiet", lambda: history(state)[-1]["result"] == "ok", proc, err)
 
         add_instance(work, "web-9")
         second = commit_all(work, "web-9")
