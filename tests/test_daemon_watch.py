@@ -371,3 +371,25 @@ def test_a_server_away_when_the_daemon_starts_is_an_error_run_not_a_hang(
     finally:
         assert reconciler.watches is not None
         reconciler.watches.close()
+
+
+def test_a_quiet_server_keeps_its_watch(nb: OvnLab, tmp_path: Path) -> None:
+    """Over a unix socket the server sends no inactivity probes: the watch's own keep the
+    connection from looking dead (which would load every row again)."""
+    work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="repair")
+    managers = work / "provider" / "managers.yaml"
+    managers.write_text(managers.read_text().replace(
+        "    gatewayChassis: [gw-1]\n", "    gatewayChassis: [gw-1]\n"
+        "    transactionTimeoutSeconds: 1.5\n", 1))
+    reconciler = _reconciler(work, tmp_path)
+    try:
+        reconciler.run_once()
+        reconciler.run_once()
+        assert reconciler.watches is not None
+        [watch] = reconciler.watches.watches.values()
+        time.sleep(5)
+        assert watch.failure is None and watch.reconnects == 0
+        assert reconciler.run_once().scope is None, "still nothing to plan"
+    finally:
+        assert reconciler.watches is not None
+        reconciler.watches.close()

@@ -89,6 +89,9 @@ class OvnWatch(Watch):
         self._defaults = {table: {c: _default(nb.db.tables[table].columns[c].type)
                                   for c in columns} for table, columns in self._columns.items()}
         self._rpc: Rpc | None = None
+        # A quiet connection is probed well before it would count as dead: over a unix
+        # socket the server sends no inactivity probes of its own.
+        self._probe = min(5.0, nb.timeouts.transaction / 3)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._keep, daemon=True,
                                         name=f"unet-watch {manager}")
@@ -177,6 +180,8 @@ class OvnWatch(Watch):
                     rpc = self._rpc
                     assert rpc is not None
                     with rpc.busy:
+                        if time.monotonic() - rpc.heard > self._probe:
+                            rpc._send(b'{"id":"probe","method":"echo","params":[]}')
                         message = rpc._receive(until=time.monotonic() + _SLICE)
                         if message is not None:
                             rpc._handle(message)
@@ -261,8 +266,9 @@ class OvnWatch(Watch):
         new = _new_row(update)
         if new is not None:
             return {**self._defaults[table], **new, "_uuid": ["uuid", uuid]}
-        if before is None:
-            return None  # a change to a row never seen: the next full state has it
+        if before is None:  # a change to a row never seen: only a full plan can tell
+            self._everything = True
+            return None
         row = dict(before)
         columns = self.nb.db.tables[table].columns
         for column, diff in update.get("modify", {}).items():
