@@ -188,6 +188,9 @@ class Manager:
     #: those of another NetworkManager of the installation in one backend: two managers of
     #: an installation may then not name the same one.
     backend_field: ClassVar[str | None] = None
+    #: Its sessions keep a replica of the backend (`Session.watch`): the reconcile daemon
+    #: watches it instead of reading it on every run.
+    watchable: ClassVar[bool] = False
 
     def __init__(self, manager: str, config: ManagerConfig, installation: str) -> None:
         self.manager = manager  # the NetworkManager's name: the `manager` of every object

@@ -21,6 +21,7 @@ import pytest
 from managers.ovn import OvnManager
 from reconciler.cache import inputs_digest
 from reconciler.daemon.loop import Options, Reconciler
+from reconciler.daemon.watching import Watches
 from reconciler.model import Model
 from reconciler.objects import Held, observed_allocations
 from reconciler.pipeline import (
@@ -32,7 +33,7 @@ from reconciler.pipeline import (
 )
 from reconciler.validate import ParsedFiles, repo_files, validate_repo
 
-from .support.gitops import add_instance, commit_all, git, ovn_only_repo
+from .support.gitops import EXAMPLE, add_instance, commit_all, git, ovn_only_repo
 from .support.ovnlab import NB_SCHEMA, OvnLab
 from .support.unixproxy import UnixProxy
 from .test_gitops_daemon import (
@@ -393,3 +394,16 @@ def test_a_quiet_server_keeps_its_watch(nb: OvnLab, tmp_path: Path) -> None:
     finally:
         assert reconciler.watches is not None
         reconciler.watches.close()
+
+
+def test_a_manager_without_a_change_feed_makes_the_daemon_read_every_run(
+        tmp_path: Path) -> None:
+    head = validate_repo(EXAMPLE)
+    managers = managers_of(Model(head.context))
+    watches = Watches(tmp_path)
+    assert not managers["kubernetes"].watchable and managers["ovn"].watchable
+    assert watches.follow(managers, {}) == {}
+    assert watches.unsupported == "the backend of kubernetes has no change feed"
+    assert watches.follow({"ovn": managers["ovn"]}, {"kubernetes": managers["kubernetes"]}
+                          ) == {}
+    assert watches.unsupported == "a manager is read for its allocations only"

@@ -106,6 +106,7 @@ class OvnManager(Manager):
     Config: ClassVar[type[OvnConfig]] = OvnConfig
     # Rows carry the installation, not the manager: one OVN manager per Northbound database.
     backend_field: ClassVar[str | None] = "northbound"
+    watchable: ClassVar[bool] = True
     config: OvnConfig
 
     def render(self, model: Model, allocations: Allocations) -> list[BackendObject]:

@@ -42,10 +42,14 @@ class Watches:
                           for name, m in sorted(managers.items())}, sort_keys=True)
         if key != self._key:
             self.close()
-            self.unsupported = "a manager is read for its allocations only" if readers \
-                else None
+            unwatchable = sorted(name for name, m in managers.items() if not m.watchable)
+            self.unsupported = \
+                f"the backend of {', '.join(unwatchable)} has no change feed" if unwatchable \
+                else "a manager is read for its allocations only" if readers else None
             if self.unsupported is None:
                 self._open(managers)
+            else:
+                _log(f"not watching: {self.unsupported}; reading the backends on every run")
             if self.watches or self.unsupported is not None:
                 self._key = key  # else not reachable now: the next run tries again
         if self.unsupported is not None or any(w.failure for w in self.watches.values()):
@@ -60,14 +64,9 @@ class Watches:
                 self.watches[name] = watch
                 threading.Thread(target=self._relay, args=(watch,), daemon=True,
                                  name=f"unet-wake {name}").start()
-        except NotImplementedError:
-            self.close()
-            self.unsupported = "a manager's backend has no change feed"
         except Exception as exc:  # not reachable now: this run reads, the next tries again
             self.close()
             _log(f"cannot watch the backends: {exc}; reading them on every run meanwhile")
-        if self.unsupported is not None:
-            _log(f"not watching: {self.unsupported}; reading the backends on every run")
 
     def _relay(self, watch: Watch) -> None:
         while watch in self.watches.values():
