@@ -81,6 +81,7 @@ class OvnWatch(Watch):
         self.reconnects = 0
         self._lock = threading.RLock()  # the replica: the thread writes, runs read
         self._index = _Index()
+        self._held: tuple[_Index, int, dict[str, Held]] | None = None  # the last held()
         self._owners: set[str] = set()
         self._everything = True  # the next plan must be a full one
         self._columns = {table: [c for c in dict.fromkeys(
@@ -121,9 +122,13 @@ class OvnWatch(Watch):
 
     def held(self) -> dict[str, Held]:
         with self._lock:
-            if self._index.stale:
-                self._index.rebuild(self.rows)
-            return self._index.held()
+            index = self._index
+            if index.stale:
+                index.rebuild(self.rows)
+            if self._held is None or self._held[0] is not index \
+                    or self._held[1] != index.version:
+                self._held = (index, index.version, index.held())
+            return self._held[2]
 
     def sync(self) -> None:
         """Every change committed before this call is in the replica (see the module's
@@ -309,6 +314,7 @@ class _Index:
         self.owner_of: dict[str, str] = {}  # row UUID → owner
         self.allocations: dict[str, list[tuple[str, str]]] = {}  # row UUID → its alloc tags
         self.stale = False  # two rows claimed one key: `rebuild` settles who keeps it
+        self.version = 0  # changes whenever `held()` may give something else
 
     def update(self, table: str, uuid: str, before: Row | None, after: Row | None) -> None:
         old_owner = _tag(before, TAG_OWNER) if before is not None else None
@@ -317,12 +323,16 @@ class _Index:
             self.owned.get(old_owner, set()).discard((table, uuid))
         if after is not None and new_owner is not None:
             self.owned.setdefault(new_owner, set()).add((table, uuid))
+        found = [(key[len(TAG_ALLOCATION):], value) for key, value in after["external_ids"][1]
+                 if key.startswith(TAG_ALLOCATION)] if after is not None else []
+        if before is None or after is None or old_owner != new_owner \
+                or table in PARENT_COLUMNS or found != self.allocations.get(uuid, []) \
+                or _tag(before, TAG_KEY) != _tag(after, TAG_KEY):
+            self.version += 1  # what held() reads changed
         self.owner_of.pop(uuid, None)
         self.allocations.pop(uuid, None)
         if after is not None:
             self.owner_of[uuid] = new_owner or ""
-            found = [(key[len(TAG_ALLOCATION):], value) for key, value in after["external_ids"][1]
-                     if key.startswith(TAG_ALLOCATION)]
             if found:
                 self.allocations[uuid] = found
         old_key = _tag(before, TAG_KEY) if before is not None else None
@@ -352,6 +362,7 @@ class _Index:
         self.key_of, self.uuids = _keys({table: list(found.values())
                                          for table, found in rows.items()})
         self.stale = False
+        self.version += 1
 
     def held(self) -> dict[str, Held]:
         """As reconciler.objects.observed_allocations finds them: a value's scope is the

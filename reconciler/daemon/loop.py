@@ -112,6 +112,7 @@ class Reconciler:
         self.rendered = RenderedCache()
         self._validated: dict[str, Any] = {}  # files digest → Validation, the last two
         self._since: _Since | None = None  # what the last run left, for the next to build on
+        self._key_memo: tuple[tuple[str, str, Any], str] | None = None
 
     # state kept between runs: the last good revision
     def _state(self) -> dict[str, Any]:
@@ -336,13 +337,7 @@ class Reconciler:
         if self.watches is None:
             return {}, None, None
         from ..model import Model
-        from ..pipeline import (
-            allocation_readers,
-            changed_owners,
-            managers_of,
-            render_desired,
-            rendered_key,
-        )
+        from ..pipeline import allocation_readers, changed_owners, managers_of, render_desired
 
         model = Model(head.context)
         managers = managers_of(model, self.options.managers, resolve=True)
@@ -353,9 +348,11 @@ class Reconciler:
         since = self._since
         if changes is None or since is None or time.monotonic() >= since.resync_due:
             return watches, None, None
+        if since.files == files and not changes and not since.outstanding:
+            return None  # nothing changed anywhere (allocations change only with rows)
         held = self.watches.held()
         if since.files == files:
-            key = rendered_key(files, managers, held)
+            key = self._rendered_key(files, managers, held)
             desired = self.rendered.get(key)
             owners = changes | since.outstanding
             if desired is None:  # recorded allocations changed: rendered again, from them
@@ -363,14 +360,27 @@ class Reconciler:
                                                                 only=sorted(managers)))
                 owners |= changed_owners(since.desired, desired)
             return (watches, owners, desired) if owners else None
-        if self.rendered.get(rendered_key(since.files, managers, held)) is not since.desired:
+        if self.rendered.get(self._rendered_key(since.files, managers, held)) \
+                is not since.desired:
             return watches, None, None
         found = self._changed_tenants(since, head)
         if found is None:
             return watches, None, None
         desired, owners = found
-        self.rendered.put(rendered_key(files, managers, held), desired)
+        self.rendered.put(self._rendered_key(files, managers, held), desired)
         return watches, owners | changes | since.outstanding, desired
+
+    def _rendered_key(self, files: str, managers: Any, held: Any) -> str:
+        """pipeline.rendered_key, computed again only when an input is another object (the
+        replicas give the same allocations object while they stay the same)."""
+        from ..pipeline import rendered_key
+
+        inputs = (files, json.dumps({name: m.config.model_dump(mode="json")
+                                     for name, m in sorted(managers.items())}), held)
+        memo = self._key_memo
+        if memo is None or memo[0][:2] != inputs[:2] or memo[0][2] is not held:
+            memo = self._key_memo = (inputs, rendered_key(files, managers, held))
+        return memo[1]
 
     def _changed_tenants(self, since: _Since, head: Any
                          ) -> tuple[Any, frozenset[str]] | None:
