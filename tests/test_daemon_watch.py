@@ -8,6 +8,7 @@ state is keyed by every input.
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from managers.ovn import OvnManager
+from reconciler import heap
 from reconciler.cache import inputs_digest
 from reconciler.daemon.loop import Options, Reconciler
 from reconciler.daemon.watching import Watches
@@ -407,3 +409,32 @@ def test_a_manager_without_a_change_feed_makes_the_daemon_read_every_run(
     assert watches.follow({"ovn": managers["ovn"]}, {"kubernetes": managers["kubernetes"]}
                           ) == {}
     assert watches.unsupported == "a manager is read for its allocations only"
+
+
+def test_targeted_runs_collect_young_garbage_only_and_do_not_grow(
+        nb: OvnLab, tmp_path: Path) -> None:
+    work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="repair")
+    reconciler = _reconciler(work, tmp_path)
+    enabled = gc.isenabled()
+    heap.switch_off()
+    try:
+        for _ in range(2):
+            reconciler.run_once()
+            heap.after_run(young_only=not reconciler.built)
+        acl = _first_acl(nb.nb_remote)
+        alive = []
+        for cycle in range(8):
+            nbctl(nb.nb_remote, "set", "ACL", acl, f"priority={1900 + cycle}")
+            _wait_for(reconciler)
+            run = reconciler.run_once()
+            assert (run.result, run.scope) == ("applied", "1 owner")
+            assert not reconciler.built, "a plan of one owner validated or rendered nothing"
+            heap.after_run(young_only=True)
+            assert gc.garbage == []
+            alive.append(len(gc.get_objects()))
+        assert max(alive[2:]) - min(alive[2:]) < 200, f"objects alive after each run: {alive}"
+    finally:
+        if enabled:
+            gc.enable()
+        assert reconciler.watches is not None
+        reconciler.watches.close()

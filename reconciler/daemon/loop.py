@@ -113,6 +113,7 @@ class Reconciler:
         self._validated: dict[str, Any] = {}  # files digest → Validation, the last two
         self._since: _Since | None = None  # what the last run left, for the next to build on
         self._key_memo: tuple[tuple[str, str, Any], str] | None = None
+        self.built = True  # the last run validated or rendered (heap.after_run)
 
     # state kept between runs: the last good revision
     def _state(self) -> dict[str, Any]:
@@ -133,6 +134,7 @@ class Reconciler:
 
     def run_once(self) -> Run:
         started = time.monotonic()
+        renders, self.built = self.rendered.renders, False
         self.state_dir.mkdir(parents=True, exist_ok=True)
         run = Run(started=now(), source=self.options.repo or str(self.options.path),
                   branch=self.options.branch if self.options.repo else None)
@@ -149,6 +151,7 @@ class Reconciler:
                     traceback.print_exc()
         if self.parsed is not None:
             self.parsed.forget_unused()  # what this run's revisions no longer hold
+        self.built = self.built or self.rendered.renders != renders or run.scope == "full"
         run.duration = round(time.monotonic() - started, 3)
         append_history(self.state_dir, run, self.options.history_size)
         return run
@@ -241,6 +244,7 @@ class Reconciler:
             return "", validate_files(iter(items), self.options.max_file_size, self.parsed)
         files = inputs_digest(items, self.options.max_file_size)
         if files not in self._validated:
+            self.built = True
             self._validated = {key: value for key, value in self._validated.items()
                                if key == (self._since.files if self._since else None)}
             self._validated[files] = validate_files(iter(items), self.options.max_file_size,
@@ -566,7 +570,7 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
             run = reconciler.run_once()
             metrics.observe(run, reconciler.election)
             log_line(run)
-            heap.after_run()
+            heap.after_run(young_only=not reconciler.built)
             delay = serving.interval * (1 + random.uniform(-serving.jitter, serving.jitter))
             wakes = [metrics.wake] + ([reconciler.election.became_active]
                                       if reconciler.election is not None else []) \
