@@ -312,8 +312,9 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     wanted = desired.objects if owners is None else [o for o in desired.objects
                                                      if o.owner in owners]
     changes = diff(index_objects(wanted), index_objects(observed), prune)
-    head_manifests = {m.ref: m for m in head.manifests
-                      if owners is None or m.ref in owners}
+    everything = head.by_ref()
+    head_manifests = everything if owners is None else {
+        ref: everything[ref] for ref in owners if ref in everything}
     resources = _live_resources(changes, head_manifests, describe)
     diagnostics = [_prune_disabled(head_manifests.get(r.address), r.address)
                    for r in resources if r.reason.startswith("kept")]

@@ -30,10 +30,17 @@ class Validation:
     context: Context | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: int = 0
+    _by_ref: dict[str, Manifest] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
         return not any(d.is_error for d in self.diagnostics)
+
+    def by_ref(self) -> dict[str, Manifest]:
+        """The manifests by reference (computed once)."""
+        if self._by_ref is None:
+            self._by_ref = {m.ref: m for m in self.manifests}
+        return self._by_ref
 
 
 def repo_files(path: Path, rev: str | None,

@@ -55,7 +55,7 @@ from .rpc import ConnectionLost, Rpc
 OURS, OTHERS = "unet-ours", "unet-others"
 _ZERO_TXN = "00000000-0000-0000-0000-000000000000"
 #: Seconds the thread holds the connection per look: a `sync` waits at most this long.
-_SLICE = 0.1
+_SLICE = 0.02
 #: Seconds between attempts to connect again after the connection was lost.
 _RETRY = 1.0
 

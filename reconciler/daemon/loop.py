@@ -423,7 +423,7 @@ class Reconciler:
         """What the next run may build on: after a plan without errors whose apply (if any)
         completed, the owners it left drifted (`reconcile: report`) and the desired state."""
         from ..diff import NOOP
-        from ..pipeline import managers_of, rendered_key
+        from ..pipeline import managers_of
 
         plan, desired = outcome.plan, outcome.desired
         if not watches or self.watches is None or plan is None or not plan.ok \
@@ -438,11 +438,12 @@ class Reconciler:
             # changed one meanwhile): rendering with them gives it again, so it is cached
             # under that key too.
             held = self.watches.held()
-            chosen = {key: a.held().value for key, a in desired.allocations.values.items()}
-            if {key: h.value for key, h in held.items()} == chosen:
-                managers = managers_of(self._model(self._validated[files]),
-                                       sorted(plan.managers), resolve=True)
-                self.rendered.alias(rendered_key(files, managers, held))
+            managers = managers_of(self._model(self._validated[files]), sorted(plan.managers),
+                                   resolve=True)
+            key = self._rendered_key(files, managers, held)
+            if self.rendered.get(key) is None and {k: h.value for k, h in held.items()} == {
+                    k: a.held().value for k, a in desired.allocations.values.items()}:
+                self.rendered.alias(key)
         previous = self._since
         due = previous.resync_due if previous is not None and run.scope != "full" else \
             time.monotonic() + self.options.resync_interval

@@ -33,6 +33,7 @@ class Watches:
         self._key: str | None = None
         self._stack = contextlib.ExitStack()
         self.wake = threading.Event()  # a change arrived in some replica
+        self._held: tuple[list[Mapping[str, Held]], dict[str, Held]] | None = None
 
     def follow(self, managers: Mapping[str, Manager], readers: Mapping[str, Manager]
                ) -> dict[str, Watch]:
@@ -86,14 +87,22 @@ class Watches:
                 owners |= found
         return None if everything or not self.watches else frozenset(owners)
 
-    def held(self) -> dict[str, Held]:
-        """The allocations the replicas' objects record (as a read of them all finds)."""
+    def held(self) -> Mapping[str, Held]:
+        """The allocations the replicas' objects record (as a read of them all finds); the
+        same object while they stay the same."""
+        found = [watch.held() for _name, watch in sorted(self.watches.items())]
+        if len(found) == 1:
+            return found[0]
+        if self._held is not None and all(a is b for a, b in zip(self._held[0], found,
+                                                                   strict=True)):
+            return self._held[1]
         out: dict[str, Held] = {}
         for _name, watch in sorted(self.watches.items()):
             for key, held in watch.held().items():
                 seen = out.get(key)
                 out[key] = held if seen is None or seen.scope == held.scope else \
                     Held(held.value, None)
+        self._held = (found, out)
         return out
 
     def close(self) -> None:
