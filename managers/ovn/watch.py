@@ -24,6 +24,7 @@ the replica (`sync`).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -270,14 +271,16 @@ class OvnWatch(Watch):
             return None
         new = _new_row(update)
         if new is not None:
-            return {**self._defaults[table], **new, "_uuid": ["uuid", uuid]}
+            return {**self._defaults[table], **{column: _compact(value)
+                                                 for column, value in new.items()},
+                    "_uuid": ["uuid", uuid]}
         if before is None:  # a change to a row never seen: only a full plan can tell
             self._everything = True
             return None
         row = dict(before)
         columns = self.nb.db.tables[table].columns
         for column, diff in update.get("modify", {}).items():
-            row[column] = _patched(row[column], diff, columns[column].type)
+            row[column] = _compact(_patched(row[column], diff, columns[column].type))
         return row
 
     def _apply_others(self, updates: dict[str, Any]) -> None:
@@ -416,6 +419,23 @@ def _default(kind: Any) -> Any:
 
 
 _SCALAR_DEFAULTS: dict[str, Any] = {"integer": 0, "real": 0.0, "boolean": False, "string": ""}
+
+
+_EMPTY_SET: list[Any] = ["set", []]  # shared: values are replaced, never changed in place
+
+
+def _compact(value: Any) -> Any:
+    """A column value held once: its short strings interned (the same tags, names and
+    markers recur on every row), an empty set shared. The replica is the daemon's
+    largest part (600 MiB of rows as JSON decodes them, at 1,000 tenants)."""
+    if isinstance(value, str):
+        return sys.intern(value) if len(value) <= 80 else value
+    if isinstance(value, list):  # as decoded for the replica alone: changed in place
+        if len(value) == 2 and value[0] == "set" and not value[1]:
+            return _EMPTY_SET
+        for index, item in enumerate(value):
+            value[index] = _compact(item)
+    return value
 
 
 def _new_row(update: dict[str, Any]) -> Row | None:
