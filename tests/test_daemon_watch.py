@@ -117,7 +117,7 @@ def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_pat
         # replica), against the desired state cached under the allocations now recorded.
         settled = reconciler.run_once()
         assert settled.result == "ok" and settled.scope != "full", settled.scope
-        renders = reconciler.rendered.renders
+        renders = reconciler.incremental.rendered.renders
         idle = reconciler.run_once()
         assert (idle.result, idle.scope, idle.locked_at) == ("ok", None, None), \
             "nothing changed anywhere: no lock, no plan"
@@ -130,7 +130,7 @@ def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_pat
         assert repaired.scope == "1 owner"
         assert sum(repaired.row_counts.values()) < first.row_counts["create"] / 5
         assert nbctl(nb.nb_remote, "get", "ACL", acl, "priority").strip() != "1999"
-        assert reconciler.rendered.renders == renders, "the desired state was reused"
+        assert reconciler.incremental.rendered.renders == renders, "the desired state was reused"
 
         # An allocation recorded by hand: an input of the desired state, so it is rendered
         # again from what the backend now records, as a one-shot run would; the owners whose
@@ -140,10 +140,10 @@ def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_pat
         _wait_for(reconciler)
         recreated = reconciler.run_once()
         assert recreated.result == "applied" and recreated.scope != "full", recreated.scope
-        assert reconciler.rendered.renders == renders + 1
+        assert reconciler.incremental.rendered.renders == renders + 1
         after = reconciler.run_once()
         assert after.result == "ok" and after.scope != "full", "its allocations recorded again"
-        assert reconciler.rendered.renders == renders + 1
+        assert reconciler.incremental.rendered.renders == renders + 1
         assert port in nbctl(nb.nb_remote, "--bare", "--columns=name", "list",
                              "Logical_Switch_Port")
         fresh = Reconciler(Options(path=work, state_dir=tmp_path / "fresh", workdir=tmp_path))
@@ -420,7 +420,7 @@ def test_targeted_runs_collect_young_garbage_only_and_do_not_grow(
     try:
         for _ in range(2):
             reconciler.run_once()
-            heap.after_run(young_only=not reconciler.built)
+            heap.after_run(young_only=not reconciler.incremental.built)
         acl = _first_acl(nb.nb_remote)
         alive = []
         for cycle in range(8):
@@ -428,7 +428,7 @@ def test_targeted_runs_collect_young_garbage_only_and_do_not_grow(
             _wait_for(reconciler)
             run = reconciler.run_once()
             assert (run.result, run.scope) == ("applied", "1 owner")
-            assert not reconciler.built, "a plan of one owner validated or rendered nothing"
+            assert not reconciler.incremental.built, "nothing validated or rendered"
             heap.after_run(young_only=True)
             assert gc.garbage == []
             alive.append(len(gc.get_objects()))

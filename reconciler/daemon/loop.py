@@ -33,7 +33,6 @@ from managers.base import BackendLocked
 from .. import heap
 from ..errors import EXIT_OK, UnetError
 from ..load import DEFAULT_MAX_FILE_BYTES
-from ..pipeline import RenderedCache
 from .election import ACTIVE, Election
 from .history import (
     APPLIED,
@@ -51,6 +50,7 @@ from .history import (
     short,
     write_atomic,
 )
+from .incremental import Incremental
 from .metrics import DEFAULT_METRICS_PORT, Metrics, listen
 from .report import exit_code, github_outputs, headline, log_line, markdown_report
 from .watching import Watches
@@ -78,16 +78,6 @@ class Options:
     resync_interval: float = 3600.0  # with `watch`: a full plan at least this often
 
 
-@dataclass(frozen=True)
-class _Since:
-    """What the last run of a watching daemon left, when it ended well."""
-
-    files: str  # the digest of the revision's files it planned
-    desired: Any  # the desired state it planned against
-    outstanding: frozenset[str]  # owners with changes it left (drift, with `report`)
-    resync_due: float  # monotonic time of the next full plan
-
-
 @dataclass
 class _Outcome:
     """What planning (and maybe applying) one revision gave."""
@@ -109,11 +99,8 @@ class Reconciler:
         self.last_validation: Any = None
         self.election = Election(options.workdir) if options.replicas else None
         self.watches = Watches(options.workdir) if options.watch else None
-        self.rendered = RenderedCache()
-        self._validated: dict[str, Any] = {}  # files digest → Validation, the last two
-        self._since: _Since | None = None  # what the last run left, for the next to build on
-        self._key_memo: tuple[tuple[str, str, Any], str] | None = None
-        self.built = True  # the last run validated or rendered (heap.after_run)
+        self.incremental = Incremental(self.watches, options.managers,
+                                       options.resync_interval)
 
     # state kept between runs: the last good revision
     def _state(self) -> dict[str, Any]:
@@ -134,7 +121,7 @@ class Reconciler:
 
     def run_once(self) -> Run:
         started = time.monotonic()
-        renders, self.built = self.rendered.renders, False
+        self.incremental.start_run()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         run = Run(started=now(), source=self.options.repo or str(self.options.path),
                   branch=self.options.branch if self.options.repo else None)
@@ -151,7 +138,7 @@ class Reconciler:
                     traceback.print_exc()
         if self.parsed is not None:
             self.parsed.forget_unused()  # what this run's revisions no longer hold
-        self.built = self.built or self.rendered.renders != renders or run.scope == "full"
+        self.incremental.end_run(run.scope == "full")
         run.duration = round(time.monotonic() - started, 3)
         append_history(self.state_dir, run, self.options.history_size)
         return run
@@ -231,32 +218,15 @@ class Reconciler:
                                      f"{str(detail).strip()}") from exc
         return clone / self.options.path, commit
 
-    def _validate(self, folder: Path, rev: str | None) -> tuple[str, Any]:
-        """The digest of the revision's files (and of unet), and its validation: done again
-        only when that digest changes."""
-        from ..cache import inputs_digest
-        from ..validate import ParsedFiles, repo_files, validate_files
-
-        if self.parsed is None:
-            self.parsed = ParsedFiles()
-        items = list(repo_files(folder, rev, self.options.max_file_size))
-        if not self.options.watch:  # validated (and rendered) each run: no digest needed
-            return "", validate_files(iter(items), self.options.max_file_size, self.parsed)
-        files = inputs_digest(items, self.options.max_file_size)
-        if files not in self._validated:
-            self.built = True
-            self._validated = {key: value for key, value in self._validated.items()
-                               if key == (self._since.files if self._since else None)}
-            self._validated[files] = validate_files(iter(items), self.options.max_file_size,
-                                                    self.parsed)
-        return files, self._validated[files]
-
     def _reconcile(self, folder: Path, rev: str | None, run: Run) -> _Outcome:
         """Validate `rev` of `folder` (None: the files), plan it live, apply what is due."""
         from .. import engine
-        from ..validate import revision_info
+        from ..validate import ParsedFiles, revision_info
 
-        files, head = self._validate(folder, rev)
+        if self.parsed is None:
+            self.parsed = ParsedFiles()
+        files, head = self.incremental.validate(folder, rev, self.options.max_file_size,
+                                                self.parsed)
         if not head.ok:
             errors = [d for d in head.diagnostics if d.is_error]
             run.errors = len(errors)
@@ -271,7 +241,7 @@ class Reconciler:
         if self.election is not None and self._elect(head) != ACTIVE:
             run.result, run.message = STANDBY, "another replica is active; standing by"
             return _Outcome()
-        scope = self._scope(head, files)
+        scope = self.incremental.scope(head, files)
         if scope is None:
             run.result = OK
             run.message = "no changes: neither the repo nor the backends changed since the " \
@@ -283,11 +253,11 @@ class Reconciler:
         options = engine.RunOptions(workdir=self.options.workdir,
                                     lock_timeout=self.options.lock_timeout,
                                     only=self.options.managers, waiting=_log_waiting,
-                                    render=self._render(files) if files else
+                                    render=self.incremental.render(files) if files else
                                     engine.render_fresh, watches=watches,
                                     owners=owners, rendered=rendered)
         outcome = engine.Outcome()
-        self._since = None  # until this run has ended well
+        self.incremental.since = None  # until this run has ended well
         try:
             engine.run(head, {"head": revision_info(folder, rev)}, options,
                        lambda plan, _reports: self._gate(plan, run), outcome)
@@ -295,7 +265,7 @@ class Reconciler:
             run.locked_at, run.unlocked_at = outcome.locked_at, outcome.unlocked_at
         plan = outcome.plan
         assert plan is not None
-        self._remember(files, watches, outcome, run)
+        self.incremental.remember(files, watches, outcome, run.scope == "full")
         if not plan.ok:
             errors = [d for d in plan.diagnostics if d.is_error]
             run.errors = len(errors)
@@ -327,127 +297,6 @@ class Reconciler:
             run.message = done + (f" (repaired {run.drift} drifted objects)" if run.drift
                                   else "")
         return _Outcome()
-
-    def _scope(self, head: Any, files: str
-               ) -> tuple[dict[str, Any], frozenset[str] | None, Any] | None:
-        """What this run plans: (the replicas to read, the owners to plan or None for
-        everything, the desired state to plan them against); None: nothing changed since
-        the last run, which ended well, so there is nothing to plan.
-
-        A run plans only the owners whose backend objects changed (and those it left
-        drifted) when the desired state for the revision and for the allocations the
-        replicas record is in the cache (`RenderedCache`, keyed by every input), and a full
-        plan is not due; else everything."""
-        if self.watches is None:
-            return {}, None, None
-        from ..model import Model
-        from ..pipeline import allocation_readers, changed_owners, managers_of, render_desired
-
-        model = Model(head.context)
-        managers = managers_of(model, self.options.managers, resolve=True)
-        watches = self.watches.follow(managers, allocation_readers(model, managers))
-        if not watches:
-            return {}, None, None
-        changes = self.watches.changes()
-        since = self._since
-        if changes is None or since is None or time.monotonic() >= since.resync_due:
-            return watches, None, None
-        if since.files == files and not changes and not since.outstanding:
-            return None  # nothing changed anywhere (allocations change only with rows)
-        held = self.watches.held()
-        if since.files == files:
-            key = self._rendered_key(files, managers, held)
-            desired = self.rendered.get(key)
-            owners = changes | since.outstanding
-            if desired is None:  # recorded allocations changed: rendered again, from them
-                desired = self.rendered.put(key, render_desired(head, held,
-                                                                only=sorted(managers)))
-                owners |= changed_owners(since.desired, desired)
-            return (watches, owners, desired) if owners else None
-        if self.rendered.get(self._rendered_key(since.files, managers, held)) \
-                is not since.desired:
-            return watches, None, None
-        found = self._changed_tenants(since, head)
-        if found is None:
-            return watches, None, None
-        desired, owners = found
-        self.rendered.put(self._rendered_key(files, managers, held), desired)
-        return watches, owners | changes | since.outstanding, desired
-
-    def _rendered_key(self, files: str, managers: Any, held: Any) -> str:
-        """pipeline.rendered_key, computed again only when an input is another object (the
-        replicas give the same allocations object while they stay the same)."""
-        from ..pipeline import rendered_key
-
-        inputs = (files, json.dumps({name: m.config.model_dump(mode="json")
-                                     for name, m in sorted(managers.items())}), held)
-        memo = self._key_memo
-        if memo is None or memo[0][:2] != inputs[:2] or memo[0][2] is not held:
-            memo = self._key_memo = (inputs, rendered_key(files, managers, held))
-        return memo[1]
-
-    def _changed_tenants(self, since: _Since, head: Any
-                         ) -> tuple[Any, frozenset[str]] | None:
-        """For a new revision that changes only some tenants' manifests: its desired state,
-        those tenants rendered again (pipeline.rerender_tenants), and the owners to plan
-        (every resource of those tenants, before and after); None: plan everything."""
-        from ..pipeline import changed_tenants, rerender_tenants
-
-        base = self._validated.get(since.files)
-        tenants = changed_tenants(base, head) if base is not None and base.ok else None
-        desired = rerender_tenants(since.desired, base, head, tenants) if tenants else None
-        if desired is None:
-            return None
-        return desired, frozenset(m.ref for m in (*base.manifests, *head.manifests)
-                                  if m.obj.scope == "tenant" and m.tenant in tenants)
-
-    def _render(self, files: str) -> Any:
-        """The desired state for the run, from the cache when its inputs are the same."""
-        from ..pipeline import managers_of, render_desired, rendered_key
-
-        def render(head: Any, held: Any, only: Any) -> Any:
-            managers = managers_of(self._model(head), only, resolve=True)
-            key = rendered_key(files, managers, held)
-            return self.rendered.get(key) or self.rendered.put(
-                key, render_desired(head, held, only=list(only)))
-
-        return render
-
-    @staticmethod
-    def _model(head: Any) -> Any:
-        from ..model import Model
-
-        return Model(head.context)
-
-    def _remember(self, files: str, watches: dict[str, Any], outcome: Any, run: Run) -> None:
-        """What the next run may build on: after a plan without errors whose apply (if any)
-        completed, the owners it left drifted (`reconcile: report`) and the desired state."""
-        from ..diff import NOOP
-        from ..pipeline import managers_of
-
-        plan, desired = outcome.plan, outcome.desired
-        if not watches or self.watches is None or plan is None or not plan.ok \
-                or desired is None or not outcome.complete:
-            return
-        applied = outcome.applied
-        done = {c.uid for c in applied.changes} if applied is not None else set()
-        outstanding = frozenset(c.obj.owner for c in plan.changes
-                                if c.actions != (NOOP,) and c.uid not in done)
-        if applied is not None and applied.has_changes:
-            # The backends now record the values the desired state allocated (when nobody
-            # changed one meanwhile): rendering with them gives it again, so it is cached
-            # under that key too.
-            held = self.watches.held()
-            managers = managers_of(self._model(self._validated[files]), sorted(plan.managers),
-                                   resolve=True)
-            key = self._rendered_key(files, managers, held)
-            if self.rendered.get(key) is None and {k: h.value for k, h in held.items()} == {
-                    k: a.held().value for k, a in desired.allocations.values.items()}:
-                self.rendered.alias(key)
-        previous = self._since
-        due = previous.resync_due if previous is not None and run.scope != "full" else \
-            time.monotonic() + self.options.resync_interval
-        self._since = _Since(files, desired, outstanding, due)
 
     def _elect(self, head: Any) -> str:
         """This replica's role, standing for the lock of the repo's first fabric manager
@@ -571,7 +420,7 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
             run = reconciler.run_once()
             metrics.observe(run, reconciler.election)
             log_line(run)
-            heap.after_run(young_only=not reconciler.built)
+            heap.after_run(young_only=not reconciler.incremental.built)
             delay = serving.interval * (1 + random.uniform(-serving.jitter, serving.jitter))
             wakes = [metrics.wake] + ([reconciler.election.became_active]
                                       if reconciler.election is not None else []) \

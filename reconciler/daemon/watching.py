@@ -32,6 +32,7 @@ class Watches:
         self.unsupported: str | None = None  # why the daemon polls instead
         self._key: str | None = None
         self._stack = contextlib.ExitStack()
+        self._relays: list[threading.Thread] = []
         self.wake = threading.Event()  # a change arrived in some replica
         self._held: tuple[list[Mapping[str, Held]], dict[str, Held]] | None = None
 
@@ -63,15 +64,17 @@ class Watches:
                 session = self._stack.enter_context(managers[name].connect(self.workdir))
                 watch = self._stack.enter_context(session.watch(LOAD_TIMEOUT))
                 self.watches[name] = watch
-                threading.Thread(target=self._relay, args=(watch,), daemon=True,
-                                 name=f"unet-wake {name}").start()
+                relay = threading.Thread(target=self._relay, args=(watch,), daemon=True,
+                                         name=f"unet-wake {name}")
+                relay.start()
+                self._relays.append(relay)
         except Exception as exc:  # not reachable now: this run reads, the next tries again
             self.close()
             _log(f"cannot watch the backends: {exc}; reading them on every run meanwhile")
 
     def _relay(self, watch: Watch) -> None:
         while watch in self.watches.values():
-            if watch.wake.wait(0.5):
+            if watch.wake.wait(0.1):
                 watch.wake.clear()
                 self.wake.set()
 
@@ -106,7 +109,11 @@ class Watches:
         return out
 
     def close(self) -> None:
+        """The replicas closed, and the threads that relay their news ended."""
         self.watches = {}
+        for relay in self._relays:
+            relay.join()
+        self._relays = []
         self._stack.close()
         self._stack = contextlib.ExitStack()
 

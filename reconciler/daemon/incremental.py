@@ -1,0 +1,191 @@
+"""What a watching reconcile daemon carries from one run to the next, so that a run plans
+only what changed (docs/gitops.md, "Watching the backends").
+
+- The revision's validation, by the digest of its files and of unet (cache.inputs_digest):
+  a revision whose files did not change is not validated again.
+- The desired state, in a `RenderedCache` keyed by every input of rendering.
+- What the last run left (`Since`), when it ended well: a run after it plans only the
+  owners whose backend objects changed (the replicas say which), those the last run
+  left drifted, and, for a new revision that changes only some tenants, those tenants'.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..pipeline import RenderedCache
+from .watching import Watches
+
+
+@dataclass(frozen=True)
+class Since:
+    """What the last run of a watching daemon left, when it ended well."""
+
+    files: str  # the digest of the revision's files it planned
+    desired: Any  # the desired state it planned against
+    outstanding: frozenset[str]  # owners with changes it left (drift, with `report`)
+    resync_due: float  # monotonic time of the next full plan
+
+
+class Incremental:
+    def __init__(self, watches: Watches | None, only: list[str] | None,
+                 resync_interval: float) -> None:
+        self.watches = watches  # None: the daemon does not watch (or one run, --once)
+        self.only = only  # the run's managers (None: all)
+        self.resync_interval = resync_interval
+        self.rendered = RenderedCache()
+        self.validated: dict[str, Any] = {}  # files digest → Validation, the last two
+        self.since: Since | None = None  # what the last run left, for the next to build on
+        self.key_memo: tuple[tuple[str, str, Any], str] | None = None
+        self.built = True  # the last run validated or rendered (heap.after_run)
+        self._renders = 0
+
+    def start_run(self) -> None:
+        self.built, self._renders = False, self.rendered.renders
+
+    def end_run(self, full: bool) -> None:
+        self.built = self.built or full or self.rendered.renders != self._renders
+
+    def validate(self, folder: Path, rev: str | None, max_file_size: int, parsed: Any
+                 ) -> tuple[str, Any]:
+        """The digest of the revision's files (and of unet), and its validation: done again
+        only when that digest changes."""
+        from ..cache import inputs_digest
+        from ..validate import repo_files, validate_files
+
+        items = list(repo_files(folder, rev, max_file_size))
+        if self.watches is None:  # validated (and rendered) each run: no digest needed
+            return "", validate_files(iter(items), max_file_size, parsed)
+        files = inputs_digest(items, max_file_size)
+        if files not in self.validated:
+            self.built = True
+            self.validated = {key: value for key, value in self.validated.items()
+                              if key == (self.since.files if self.since else None)}
+            self.validated[files] = validate_files(iter(items), max_file_size, parsed)
+        return files, self.validated[files]
+
+    def scope(self, head: Any, files: str
+               ) -> tuple[dict[str, Any], frozenset[str] | None, Any] | None:
+        """What this run plans: (the replicas to read, the owners to plan or None for
+        everything, the desired state to plan them against); None: nothing changed since
+        the last run, which ended well, so there is nothing to plan.
+
+        A run plans only the owners whose backend objects changed (and those it left
+        drifted) when the desired state for the revision and for the allocations the
+        replicas record is in the cache (`RenderedCache`, keyed by every input), and a full
+        plan is not due; else everything."""
+        if self.watches is None:
+            return {}, None, None
+        from ..model import Model
+        from ..pipeline import allocation_readers, changed_owners, managers_of, render_desired
+
+        model = Model(head.context)
+        managers = managers_of(model, self.only, resolve=True)
+        watches = self.watches.follow(managers, allocation_readers(model, managers))
+        if not watches:
+            return {}, None, None
+        changes = self.watches.changes()
+        since = self.since
+        if changes is None or since is None or time.monotonic() >= since.resync_due:
+            return watches, None, None
+        if since.files == files and not changes and not since.outstanding:
+            return None  # nothing changed anywhere (allocations change only with rows)
+        held = self.watches.held()
+        if since.files == files:
+            key = self._rendered_key(files, managers, held)
+            desired = self.rendered.get(key)
+            owners = changes | since.outstanding
+            if desired is None:  # recorded allocations changed: rendered again, from them
+                desired = self.rendered.put(key, render_desired(head, held,
+                                                                only=sorted(managers)))
+                owners |= changed_owners(since.desired, desired)
+            return (watches, owners, desired) if owners else None
+        if self.rendered.get(self._rendered_key(since.files, managers, held)) \
+                is not since.desired:
+            return watches, None, None
+        found = self._changed_tenants(since, head)
+        if found is None:
+            return watches, None, None
+        desired, owners = found
+        self.rendered.put(self._rendered_key(files, managers, held), desired)
+        return watches, owners | changes | since.outstanding, desired
+
+    def _rendered_key(self, files: str, managers: Any, held: Any) -> str:
+        """pipeline.rendered_key, computed again only when an input is another object (the
+        replicas give the same allocations object while they stay the same)."""
+        from ..pipeline import rendered_key
+
+        inputs = (files, json.dumps({name: m.config.model_dump(mode="json")
+                                     for name, m in sorted(managers.items())}), held)
+        memo = self.key_memo
+        if memo is None or memo[0][:2] != inputs[:2] or memo[0][2] is not held:
+            memo = self.key_memo = (inputs, rendered_key(files, managers, held))
+        return memo[1]
+
+    def _changed_tenants(self, since: Since, head: Any
+                         ) -> tuple[Any, frozenset[str]] | None:
+        """For a new revision that changes only some tenants' manifests: its desired state,
+        those tenants rendered again (pipeline.rerender_tenants), and the owners to plan
+        (every resource of those tenants, before and after); None: plan everything."""
+        from ..pipeline import changed_tenants, rerender_tenants
+
+        base = self.validated.get(since.files)
+        tenants = changed_tenants(base, head) if base is not None and base.ok else None
+        desired = rerender_tenants(since.desired, base, head, tenants) if tenants else None
+        if desired is None:
+            return None
+        return desired, frozenset(m.ref for m in (*base.manifests, *head.manifests)
+                                  if m.obj.scope == "tenant" and m.tenant in tenants)
+
+    def render(self, files: str) -> Any:
+        """The desired state for the run, from the cache when its inputs are the same."""
+        from ..pipeline import managers_of, render_desired, rendered_key
+
+        def render(head: Any, held: Any, only: Any) -> Any:
+            managers = managers_of(self._model(head), only, resolve=True)
+            key = rendered_key(files, managers, held)
+            return self.rendered.get(key) or self.rendered.put(
+                key, render_desired(head, held, only=list(only)))
+
+        return render
+
+    @staticmethod
+    def _model(head: Any) -> Any:
+        from ..model import Model
+
+        return Model(head.context)
+
+    def remember(self, files: str, watches: dict[str, Any], outcome: Any, full: bool
+                 ) -> None:
+        """What the next run may build on: after a plan without errors whose apply (if any)
+        completed, the owners it left drifted (`reconcile: report`) and the desired state."""
+        from ..diff import NOOP
+        from ..pipeline import managers_of
+
+        plan, desired = outcome.plan, outcome.desired
+        if not watches or self.watches is None or plan is None or not plan.ok \
+                or desired is None or not outcome.complete:
+            return
+        applied = outcome.applied
+        done = {c.uid for c in applied.changes} if applied is not None else set()
+        outstanding = frozenset(c.obj.owner for c in plan.changes
+                                if c.actions != (NOOP,) and c.uid not in done)
+        if applied is not None and applied.has_changes:
+            # The backends now record the values the desired state allocated (when nobody
+            # changed one meanwhile): rendering with them gives it again, so it is cached
+            # under that key too.
+            held = self.watches.held()
+            managers = managers_of(self._model(self.validated[files]), sorted(plan.managers),
+                                   resolve=True)
+            key = self._rendered_key(files, managers, held)
+            if self.rendered.get(key) is None and {k: h.value for k, h in held.items()} == {
+                    k: a.held().value for k, a in desired.allocations.values.items()}:
+                self.rendered.alias(key)
+        previous = self.since
+        due = previous.resync_due if previous is not None and not full else \
+            time.monotonic() + self.resync_interval
+        self.since = Since(files, desired, outstanding, due)
