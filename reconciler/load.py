@@ -285,7 +285,11 @@ def _parse(path: str, text: str, content: bytes, salvage: bool
 
 _SEPARATOR = re.compile(r"^(?:---(?:[ \t].*)?|\.\.\.[ \t]*)$", re.M)
 _KIND = re.compile(r"^kind:[ \t]*[\"']?([A-Za-z]+)[\"']?[ \t]*(?:#.*)?$", re.M)
-_NAME = re.compile(r"^metadata:[ \t]*\n(?:[ \t]+.*\n|[ \t]*\n)*?[ \t]+name:[ \t]*[\"']?"
+# Each line below `metadata:` (blank, or indented) matches in one way only. `[ \t]+.*\n`
+# could split a line's indent between its two parts in as many ways as it has blanks: a
+# broken document whose metadata held a dozen lines but no plain name took seconds, and
+# each line more multiplied that.
+_NAME = re.compile(r"^metadata:[ \t]*\n(?:(?:[ \t].*)?\n)*?[ \t]+name:[ \t]*[\"']?"
                    r"([a-z0-9][-a-z0-9]*)[\"']?[ \t]*(?:#.*)?$", re.M)
 
 

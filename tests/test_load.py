@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from reconciler.load import MAX_ALIASES, parse_manifest_file
 
 
@@ -30,3 +32,14 @@ def test_an_alias_bomb_under_the_alias_count_is_caught_by_its_size() -> None:
     _docs, problems = parse_manifest_file("bomb.yaml", "\n".join(levels).encode())
     assert [p.code for p in problems] == ["YAML_UNSAFE"]
     assert "expands" in problems[0].message
+
+
+def test_a_broken_document_with_long_metadata_is_read_at_once() -> None:
+    """Its kind and name are looked for in its text: in time linear in its lines."""
+    labels = "".join(f"    label-{i}: value\n" for i in range(40))
+    text = f"kind: Tenant\nmetadata:\n  labels:\n{labels}  name: Not_A_Name\nspec: [\n"
+    started = time.perf_counter()
+    documents, problems = parse_manifest_file("provider/tenants/x.yaml", text.encode())
+    assert time.perf_counter() - started < 1
+    assert [p.code for p in problems] == ["YAML_SYNTAX"]
+    assert documents[0].broken and documents[0].data is None
