@@ -8,6 +8,7 @@ bound per file, and no path that leaves the repo.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -45,25 +46,18 @@ try:  # libyaml when available: an order of magnitude faster than pure Python
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _BaseLoader = yaml.SafeLoader
 
-_RESOLVED_SCALARS: dict[tuple[str, Any], str] = {}
-_RESOLVED_SCALARS_BOUND = 100_000
+#: Tags by (node kind, value, implicit). PyYAML resolves each node's tag with regexes in
+#: Python, and manifests repeat values a lot (field names, kinds, protocols): this C-level
+#: cache is called straight from libyaml's composer, without a Python frame on a hit. One
+#: resolver serves every loader: without path resolvers, a tag depends on nothing else.
+_resolve = functools.lru_cache(maxsize=100_000)(yaml.resolver.Resolver().resolve)
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
-    """PyYAML resolves each scalar's tag with regexes in Python; manifests repeat values a
-    lot (field names, kinds, protocols), so resolutions are remembered. Path resolvers,
-    which manifests never use, are switched off."""
+    """Resolutions are remembered (`_resolve`); path resolvers, which manifests never use,
+    are switched off."""
 
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-        if kind is not ScalarNode:
-            return str(super().resolve(kind, value, implicit))
-        key = (value, implicit)
-        tag = _RESOLVED_SCALARS.get(key)
-        if tag is None:
-            if len(_RESOLVED_SCALARS) > _RESOLVED_SCALARS_BOUND:
-                _RESOLVED_SCALARS.clear()
-            tag = _RESOLVED_SCALARS[key] = super().resolve(kind, value, implicit)
-        return tag
+    resolve = staticmethod(_resolve)
 
     def descend_resolver(self, current_node: Any, current_index: Any) -> None:
         return None
