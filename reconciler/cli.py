@@ -269,12 +269,11 @@ def _validate_target(paths: list[Path]) -> tuple[Path, set[str] | None]:
 
 def _validated(args: argparse.Namespace) -> tuple[list[Any], int, int]:
     """Diagnostics, files and documents of the repo; from the cache when nothing changed."""
-    from .cache import ValidationCache, inputs_digest
+    from .cache import ValidationCache, cache_dir, inputs_digest
     from .validate import repo_files, validate_files
 
     items = list(repo_files(args.path, args.rev, args.max_file_size))
-    cache = None if args.no_cache else ValidationCache(
-        Path(os.environ.get("UNET_CACHE_DIR") or args.path / ".unet" / "cache"))
+    cache = None if args.no_cache else ValidationCache(cache_dir(args.path))
     key = inputs_digest(items, args.max_file_size) if cache else ""
     hit = cache.lookup(key) if cache else None
     if hit is not None:
