@@ -72,6 +72,7 @@ class Options:
     workdir: Path = field(default_factory=Path.cwd)  # where `northbound: embedded` lives
     history_size: int = 100
     replicas: bool = False  # stand for election: one replica of several is active
+    parse_cache: bool = True  # the first run reads and writes the repo's parse cache
 
 
 @dataclass
@@ -212,11 +213,13 @@ class Reconciler:
     def _reconcile(self, folder: Path, rev: str | None, run: Run) -> _Outcome:
         """Validate `rev` of `folder` (None: the files), plan it live, apply what is due."""
         from .. import engine
-        from ..validate import ParsedFiles, revision_info, validate_repo
+        from ..validate import parsed_files, revision_info, validate_repo
 
         if self.parsed is None:
-            self.parsed = ParsedFiles()
+            self.parsed = parsed_files(folder, self.options.max_file_size,
+                                       self.options.parse_cache)
         head = validate_repo(folder, rev, self.options.max_file_size, self.parsed)
+        self.parsed.save()  # the first run only: later runs are served from memory
         if not head.ok:
             errors = [d for d in head.diagnostics if d.is_error]
             run.errors = len(errors)
