@@ -84,21 +84,34 @@ Path_ = tuple[str | int, ...]
 
 
 class LineSource:
-    """The text some documents were composed from. Their line maps are built from it again
-    on the first `Document.line_of`: only diagnostics need lines, and mapping every node
-    of every file cost each run time and memory."""
+    """The text some documents were composed from: a file's, or one piece of it (`span`)
+    when a syntax error made it be parsed document by document. Their line maps are built
+    from it again on the first `Document.line_of`: only diagnostics need lines, and
+    mapping every node of every file cost each run time and memory. The file's text may
+    be kept as the UTF-8 bytes read (a file from the parse cache): decoded only then."""
 
-    __slots__ = ("_maps", "file", "text")
+    __slots__ = ("_maps", "file", "span", "text")
 
-    def __init__(self, file: str, text: str) -> None:
+    def __init__(self, file: str, text: str | bytes,
+                 span: tuple[int, int] | None = None) -> None:
         self.file = file
         self.text = text
+        self.span = span
         self._maps: dict[int, dict[Path_, int]] | None = None
+
+    def piece(self) -> str:
+        """What was composed. A piece keeps its line numbers: it is parsed after as many
+        empty lines as precede it."""
+        text = self.text if isinstance(self.text, str) else self.text.decode("utf-8")
+        if self.span is None:
+            return text
+        start, end = self.span
+        return "\n" * text.count("\n", 0, start) + text[start:end]
 
     def lines(self, position: int) -> dict[Path_, int]:
         """Line of every node of the `position`th document of the text, by path."""
         if self._maps is None:
-            self._maps = _line_maps(self.file, self.text)
+            self._maps = _line_maps(self.file, self.piece())
         return self._maps.get(position, {})
 
 
@@ -333,10 +346,11 @@ def _empty(node: Node | None) -> bool:
     return node is None or (isinstance(node, ScalarNode) and node.tag == _TAG + "null")
 
 
-def _parse(path: str, text: str, content: bytes, salvage: bool, with_lines: bool = False
-           ) -> tuple[list[Document], list[Diagnostic]]:
-    """Documents of `text`, built without line maps unless a duplicate key needs them."""
-    source = LineSource(path, text)
+def _parse(path: str, text: str, content: bytes, salvage: bool, with_lines: bool = False,
+           source: LineSource | None = None) -> tuple[list[Document], list[Diagnostic]]:
+    """Documents of `text` (which is `source`'s), built without line maps unless a
+    duplicate key needs them."""
+    source = source or LineSource(path, text)
     documents: list[Document] = []
     builder = _LineBuilder(path) if with_lines else _Builder()
     try:
@@ -349,7 +363,7 @@ def _parse(path: str, text: str, content: bytes, salvage: bool, with_lines: bool
             builder.seen.clear()
             documents.append(_document(builder, node, source, index))
     except _Duplicate:
-        return _parse(path, text, content, salvage, with_lines=True)
+        return _parse(path, text, content, salvage, with_lines=True, source=source)
     except yaml.MarkedYAMLError as exc:
         return _by_document(path, text) if salvage else ([], [_syntax_error(path, exc)])
     except yaml.YAMLError as exc:  # reader errors: control characters, bad encodings
@@ -408,14 +422,14 @@ _NAME = re.compile(r"^metadata:[ \t]*\n(?:(?:[ \t].*)?\n)*?[ \t]+name:[ \t]*[\"'
 
 def _by_document(path: str, text: str) -> tuple[list[Document], list[Diagnostic]]:
     """A file with a syntax error, parsed document by document: one broken document costs
-    one error, and the others are read as usual. Each piece keeps its line numbers (it is
-    parsed after as many empty lines as precede it)."""
+    one error, and the others are read as usual. Each piece keeps its line numbers."""
     starts = [0, *(m.start() for m in _SEPARATOR.finditer(text) if m.start() > 0)]
     documents: list[Document] = []
     diagnostics: list[Diagnostic] = []
     for index, (start, end) in enumerate(zip(starts, [*starts[1:], len(text)], strict=True)):
-        piece = "\n" * text.count("\n", 0, start) + text[start:end]
-        docs, problems = _parse(path, piece, piece.encode(), salvage=False)
+        source = LineSource(path, text, (start, end))
+        piece = source.piece()
+        docs, problems = _parse(path, piece, piece.encode(), salvage=False, source=source)
         documents += [_renumbered(doc, index) for doc in docs]
         diagnostics += [d for d in problems if d.code != "SCHEMA_TYPE" or docs]
         if any(d.code == "YAML_SYNTAX" for d in problems):

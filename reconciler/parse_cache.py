@@ -2,13 +2,13 @@
 `reconcile --once`): a file whose path and content were parsed before skips the YAML
 reader and the schema checks.
 
-An entry holds what `ParsedFiles` keeps of one file: its documents (their data and the
-text their line maps are built from on demand), which of them became manifests, and
-its load and schema problems. Entries are keyed by the file's path and a SHA-256 of its
-bytes, so that a run on a checkout and a run on a revision (`--rev`, `plan --base`)
-share them. A manifest's model is validated again from its data when it is read:
-pydantic does that faster than pickle restores one, and the schema check it passed is
-not run again.
+An entry holds what `ParsedFiles` keeps of one file: its documents (their data, and
+what part of the file's text their line maps are built from on demand), which of them
+became manifests, and its load and schema problems. Entries are keyed by the file's
+path and a SHA-256 of its bytes, so that a run on a checkout and a run on a revision
+(`--rev`, `plan --base`) share them. A manifest's model is validated again from its
+data when it is read: pydantic does that faster than pickle restores one, and the
+schema check it passed is not run again.
 
 The entries of one run are kept together in one pack file, under the repo's cache
 folder (`cache_dir`, beside the validation results). A pack is named by, and only read
@@ -19,17 +19,21 @@ files no longer present drop out), only when the run parsed a file it did not ho
 the newest `KEEP_PACKS` are kept. Everything is best effort: a pack that cannot be read
 or written makes the run slower, never wrong.
 
-Packs are read with pickle, which runs whatever code the file names. So a pack is read
-only when it is a regular file owned by the user running unet and writable by nobody
-else: the repo's `.unet/` is that user's own, but a shared checkout, a symlink or a
-cache restored from elsewhere must not be able to run code as them. A checksum over the
-whole file guards against torn and damaged packs, not hostile ones.
+Packs are pickles, and unpickling runs whatever code a pickle names. So, twice guarded:
+a pack is read only when it is a regular file owned by the user running unet and
+writable by nobody else (the repo's `.unet/` is that user's own, but a shared checkout,
+a symlink or a cache restored from elsewhere must not be able to run code as them); and
+it is unpickled by `_PlainUnpickler`, which refuses any class or function, so that even
+a pack someone else wrote could give wrong data at worst, never run code. Entries hold
+only containers, text and numbers for that reason. A checksum over the whole file guards
+against torn and damaged packs, not hostile ones.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import pickle
 import stat
@@ -98,8 +102,8 @@ class ParseCache:
     def path(self) -> Path:
         return self.directory / f"{_PREFIX}{self.key[:32]}{_SUFFIX}"
 
-    def get(self, key: FileKey) -> ParsedFile | None:
-        """The file parsed before, or None."""
+    def get(self, key: FileKey, content: bytes) -> ParsedFile | None:
+        """The file (its bytes: `content`) as parsed before, or None."""
         if self._index is None:
             self._index, self._body = _read_pack(self.path, self.key)
         where = self._index.get(key)
@@ -107,7 +111,7 @@ class ParseCache:
             return None
         try:
             start, length = where
-            return decode(self._body[start:start + length], key[0])
+            return decode(self._body[start:start + length], key[0], content)
         except Exception:  # a damaged entry is a miss, whatever it raises
             del self._index[key]
             return None
@@ -144,29 +148,32 @@ class ParseCache:
 
 
 def encode(parsed: ParsedFile) -> bytes:
-    """One file's entry: plain tuples, lists and dicts, so reading it builds only those."""
-    texts: list[str] = []
-    numbers: dict[int, int] = {}  # id(source) -> its position in texts
+    """One file's entry: plain tuples, lists and dicts, so that reading it builds only
+    those. Not the file's text, which whoever reads the entry holds already (it is keyed
+    by its hash): only which part of it each document was composed from."""
+    spans: list[tuple[int, int] | None] = []
+    numbers: dict[int, int] = {}  # id(source) -> its position in spans
     documents = []
     for doc in parsed.documents:
         source = None
         if doc.source is not None:
-            source = numbers.setdefault(id(doc.source), len(texts))
-            if source == len(texts):
-                texts.append(doc.source.text)
+            source = numbers.setdefault(id(doc.source), len(spans))
+            if source == len(spans):
+                spans.append(doc.source.span)
         documents.append((doc.index, doc.line, doc.data, doc.tenant, doc.area, doc.broken,
                           doc.position, source))
     position = {id(doc): n for n, doc in enumerate(parsed.documents)}
     manifests = [position[id(m.doc)] for m in parsed.manifests]
     problems = [[_fields(d) for d in ds] for ds in (parsed.load_problems,
                                                     parsed.schema_problems)]
-    return pickle.dumps((texts, documents, manifests, *problems),
+    return pickle.dumps((spans, documents, manifests, *problems),
                         protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def decode(blob: bytes | memoryview, path: str) -> ParsedFile:
-    texts, entries, manifests, load_problems, schema_problems = pickle.loads(blob)
-    sources = [LineSource(path, text) for text in texts]
+def decode(blob: bytes | memoryview, path: str, content: bytes) -> ParsedFile:
+    """The entry of the file at `path` whose bytes are `content`."""
+    spans, entries, manifests, load_problems, schema_problems = _loads(blob)
+    sources = [LineSource(path, content, span) for span in spans]
     documents = [Document(path, index, line, data, tenant, area, broken,
                           None if source is None else sources[source], position)
                  for index, line, data, tenant, area, broken, position, source in entries]
@@ -183,6 +190,18 @@ def _fields(d: Diagnostic) -> tuple[Any, ...]:
 def _diagnostic(fields: tuple[Any, ...]) -> Diagnostic:
     code, message, file, line, path, hint, column = fields
     return Diagnostic(code, message, file, line, path, hint, column=column)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads what `encode` and `_write_pack` write: containers, text and numbers. A
+    pickle that names a class or a function, the only way one can run code, is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name}: a pack holds plain data only")
+
+
+def _loads(data: bytes | memoryview) -> Any:
+    return _PlainUnpickler(io.BytesIO(data)).load()
 
 
 # --- packs --------------------------------------------------------------------------------
@@ -205,7 +224,7 @@ def _read_pack(path: Path, key: str) -> tuple[_Index, memoryview]:
     if len(payload) != index_length + body_length or zlib.crc32(payload) != crc:
         return {}, memoryview(b"")
     try:
-        found_key, index = pickle.loads(payload[:index_length])
+        found_key, index = _loads(payload[:index_length])
     except Exception:  # unreadable is a miss, whatever it raises
         return {}, memoryview(b"")
     if found_key != key or not isinstance(index, dict):

@@ -68,15 +68,16 @@ class ParsedFiles:
         self._used.add(key)
         found = self._files.get(key)
         if found is None:
-            found = self._from_cache(key, max_file_bytes) or \
+            found = self._from_cache(key, content, max_file_bytes) or \
                 self._parse_new(item, key, max_file_bytes)
             self._files[key] = found
         return found
 
-    def _from_cache(self, key: FileKey, max_file_bytes: int) -> ParsedFile | None:
+    def _from_cache(self, key: FileKey, content: bytes,
+                    max_file_bytes: int) -> ParsedFile | None:
         if self._cache is None or self._cache.max_file_bytes != max_file_bytes:
             return None
-        return self._cache.get(key)
+        return self._cache.get(key, content)
 
     def _parse_new(self, item: SourceFile, key: FileKey, max_file_bytes: int) -> ParsedFile:
         found = _parse(item, max_file_bytes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -164,7 +165,7 @@ def test_an_entry_that_does_not_read_is_parsed_again(example_copy: Path, cache: 
     file is parsed again."""
     first = _run(example_copy)
 
-    def broken(blob: bytes, path: str) -> Any:
+    def broken(blob: bytes, path: str, content: bytes) -> Any:
         raise AttributeError("an entry of an older layout")
 
     monkeypatch.setattr(parse_cache, "decode", broken)
@@ -191,11 +192,31 @@ def test_a_pack_anyone_else_could_have_written_is_never_unpickled(
     else:
         pack.chmod(0o620 if unsafe == "group-writable" else 0o602)
     unpickled: list[object] = []
-    monkeypatch.setattr(parse_cache.pickle, "loads", unpickled.append)  # records, reads none
+    monkeypatch.setattr(parse_cache, "_loads", unpickled.append)  # records, reads none
     parses.clear()
     assert _run(example_copy) == first
     assert unpickled == [], "an unsafe pack was unpickled"
     assert len(parses) == _files(example_copy)
+
+
+def test_a_pack_that_names_a_class_runs_no_code(example_copy: Path, cache: Path,
+                                                parses: list[str]) -> None:
+    """Even a pack that passes every check (here: written by unet's own writer) cannot
+    run code: any class or function it names is refused, and the file parsed again."""
+    first = _run(example_copy)
+    pack = parse_cache.ParseCache(cache, DEFAULT_MAX_FILE_BYTES)
+    index, _body = parse_cache._read_pack(pack.path, pack.key)
+    hostile = pickle.dumps(_Boom())
+    parse_cache._write_pack(pack.path, pack.key, dict.fromkeys(index, (0, len(hostile))),
+                            [hostile])
+    parses.clear()
+    assert _run(example_copy) == first
+    assert len(parses) == _files(example_copy)
+
+
+class _Boom:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (pytest.fail, ("a pack ran code",))
 
 
 def test_packs_are_private(example_copy: Path, cache: Path) -> None:
@@ -276,4 +297,21 @@ def test_an_entry_reads_back_as_the_file_parsed(path: str, content: bytes) -> No
     item = SourceFile(path, len(content), lambda: content)
     parsed = validate_module._parse(item, DEFAULT_MAX_FILE_BYTES)
     expected = _shown(validate_module._parse(item, DEFAULT_MAX_FILE_BYTES))
-    assert _shown(parse_cache.decode(parse_cache.encode(parsed), path)) == expected
+    assert _shown(parse_cache.decode(parse_cache.encode(parsed), path, content)) == expected
+
+
+def test_a_file_read_piece_by_piece_keeps_its_lines(example_copy: Path, cache: Path,
+                                                    parses: list[str]) -> None:
+    """A syntax error in one document: the others are parsed apart, and a schema error
+    in the third points at its line, cold and from the cache alike."""
+    extra = example_copy / "tenants" / "acme" / "extra.yaml"
+    extra.write_text("apiVersion: network.osac.io/v1alpha1\nkind: SecurityGroup\nmetadata:\n"
+                     "  name: one\nspec: {network: prod}\n---\nkind: [\n---\n"
+                     "apiVersion: network.osac.io/v1alpha1\nkind: SecurityGroup\nmetadata:\n"
+                     "  name: three\nspec:\n  network: prod\n  colour: blue\n")
+    first = _run(example_copy)
+    found = {(d["code"], d["line"]) for d in first if d["file"] == "tenants/acme/extra.yaml"}
+    assert {("YAML_SYNTAX", 8), ("SCHEMA_UNKNOWN_FIELD", 15)} <= found, first
+    parses.clear()
+    assert _run(example_copy) == first
+    assert parses == []
