@@ -39,7 +39,7 @@ from .generate import (
 # --- an OVN Northbound server of our own ------------------------------------------------------
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
-CACHE_ENV = "UNET_CACHE_DIR"  # where `unet validate` keeps its cache of results
+CACHE_ENV = "UNET_CACHE_DIR"  # where unet keeps its caches: validation results, parsed files
 NB_ENV = "UNET_BENCH_NORTHBOUND"  # the live copy's `northbound:` is ${UNET_BENCH_NORTHBOUND}
 INSTALLATION = "bench"
 #: The tables unet manages (managers/ovn/render.py MANAGED_COLUMNS), for `ovn-nbctl list`.
@@ -256,7 +256,8 @@ class Fixture:
 
     @property
     def cache_dir(self) -> Path:
-        """unet's validation cache for the children: emptied before every cold run."""
+        """unet's caches for the children (validation results, parsed files): emptied
+        before every run that is not meant to find them warm."""
         return self.scratch / "validate-cache"
 
     @property
@@ -380,7 +381,8 @@ def _check_validate(fx: Fixture, run: Run) -> Outcome:
 
 
 def _prepare_validate_cold(fx: Fixture, rev: str | None) -> None:
-    """No cached validation result: the run parses and checks everything."""
+    """No cached validation result and no parsed file: the run parses and checks
+    everything."""
     shutil.rmtree(fx.cache_dir, ignore_errors=True)
 
 
@@ -389,6 +391,22 @@ def _prepare_validate_warm(fx: Fixture, rev: str | None) -> None:
     of validation results, the page cache) is what the timed run finds."""
     _prepare_validate_cold(fx, rev)
     run_unet(_validate_argv(fx, rev), fx, "warm-up")
+
+
+def _prepare_validate_parsed(fx: Fixture, rev: str | None) -> None:
+    """What a first validate left behind, but its result: the timed run reads every file
+    back from the parse cache and checks them all, as a run does after a change to a
+    file (which it parses) or a CI job with a restored `.unet/cache`."""
+    _prepare_validate_warm(fx, rev)
+    for entry in fx.cache_dir.glob("validate-*.json"):
+        entry.unlink()
+
+
+def _prepare_plan_pr_parsed(fx: Fixture, rev: str | None) -> None:
+    """The parse cache an earlier plan of the same pull request left: both revisions'
+    files are read back (a CI job that keeps `.unet/cache` with actions/cache)."""
+    _prepare_validate_cold(fx, rev)
+    run_unet(_plan_pr_argv(fx, rev), fx, "warm-up")
 
 
 def _plan_pr_argv(fx: Fixture, rev: str | None) -> list[str]:
@@ -421,6 +439,7 @@ def _live_argv(command: str) -> Callable[[Fixture, str | None], list[str]]:
 def _prepare_apply(fx: Fixture, rev: str | None) -> None:
     fx.applied = False
     fx.nb.start()
+    _prepare_validate_cold(fx, rev)
 
 
 def _check_apply(fx: Fixture, run: Run) -> Outcome:
@@ -469,10 +488,12 @@ def _check_reconcile(expect: str) -> Callable[[Fixture, Run], Outcome]:
 
 def _prepare_reconcile_noop(fx: Fixture, rev: str | None) -> None:
     ensure_applied(fx)
+    _prepare_validate_cold(fx, rev)  # the untimed apply left the parse cache warm
 
 
 def _prepare_drift(fx: Fixture, rev: str | None) -> None:
     ensure_applied(fx)
+    _prepare_validate_cold(fx, rev)
     fx.drifted = make_drift(fx.nb)
 
 
@@ -521,8 +542,16 @@ STAGES: dict[str, Stage] = {
                       title="validate, cold (no cached result)"),
     "validate-warm": Stage(_validate_argv, _check_validate, prepare=_prepare_validate_warm,
                            title="validate, warm (right after a first validate)"),
-    "plan-pr": Stage(_plan_pr_argv, _check_plan_pr, sources=("rev",),
-                     title="PR plan, one tenant changed (--base main --head pr)"),
+    "validate-parsed": Stage(_validate_argv, _check_validate, prepare=_prepare_validate_parsed,
+                             title="validate with the parse cache warm, results cache cold"),
+    "plan-pr": Stage(_plan_pr_argv, _check_plan_pr, prepare=_prepare_validate_cold,
+                     sources=("rev",),
+                     title="PR plan, one tenant changed (--base main --head pr), parse cache "
+                           "cold"),
+    "plan-pr-parsed": Stage(_plan_pr_argv, _check_plan_pr, prepare=_prepare_plan_pr_parsed,
+                            sources=("rev",),
+                            title="PR plan, one tenant changed, parse cache warm (from the "
+                                  "same plan before)"),
     "apply": Stage(_live_argv("apply"), _check_apply, prepare=_prepare_apply,
                    sources=("folder",), heavy=True,
                    title="initial apply to an empty Northbound (--manager ovn)"),

@@ -2,7 +2,8 @@
 
 The key covers each manifest file's path and content (Git blob ids in `--rev`
 mode, a hash of the bytes otherwise), the size bound, unet's own code and
-schemas, and what validation reads of the installed manager plugins (their roles,
+schemas, the versions of Python and of the libraries that read and check
+manifests, and what validation reads of the installed manager plugins (their roles,
 capabilities and config schemas); any change in any of them is a miss. A hit gives the diagnostics
 without parsing anything, which is what makes a repeated `unet validate` fast.
 Entries live under `.unet/cache/` of the network repo (or `$UNET_CACHE_DIR`);
@@ -14,17 +15,29 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from .diagnostics import Diagnostic
 from .load import SourceFile
 from .plugins import plugins_digest
 
 KEEP_ENTRIES = 8
+CACHE_DIR_ENV = "UNET_CACHE_DIR"
 _CODE_ROOTS = ("reconciler", "managers", "schemas")
+#: The libraries whose behaviour a parsed or validated file depends on: the YAML reader,
+#: the models, and the schema validators (their messages become diagnostics).
+_LIBRARIES = ("PyYAML", "pydantic", "pydantic-core", "fastjsonschema", "jsonschema")
+
+
+def cache_dir(repo: Path) -> Path:
+    """Where unet keeps its caches for the network repo at `repo`."""
+    return Path(os.environ.get(CACHE_DIR_ENV) or repo / ".unet" / "cache")
 
 
 @cache
@@ -40,9 +53,24 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
+@cache
+def environment_digest() -> str:
+    """Of the interpreter and the libraries that read and check manifests: upgrading one
+    may change what a file parses to, or a diagnostic's words."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = [sys.version, yaml.__with_libyaml__ and yaml._yaml.get_version_string()]
+    for name in _LIBRARIES:
+        try:
+            parts.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            parts.append(f"{name} -")
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
 def inputs_digest(items: Sequence[SourceFile | Diagnostic], max_file_bytes: int) -> str:
-    digest = hashlib.sha256(f"{code_digest()}\n{plugins_digest()}\n{max_file_bytes}\n"
-                            .encode())
+    digest = hashlib.sha256(f"{code_digest()}\n{environment_digest()}\n{plugins_digest()}\n"
+                            f"{max_file_bytes}\n".encode())
     for item in items:
         if isinstance(item, Diagnostic):
             digest.update(json.dumps(item.to_json(), sort_keys=True).encode())

@@ -12,9 +12,9 @@ from typing import Any
 
 from . import heap
 from .daemon import cli as reconcile
-from .diagnostics import codes_markdown
+from .diagnostics import Diagnostic, codes_markdown
 from .errors import EXIT_ERROR, EXIT_OK, UnetError
-from .load import DEFAULT_MAX_FILE_BYTES
+from .load import DEFAULT_MAX_FILE_BYTES, SourceFile
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,6 +42,12 @@ def _add_repo_arguments(parser: argparse.ArgumentParser) -> None:
                         help="read this Git revision's objects instead of the files on disk")
     parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
                         metavar="BYTES", help="largest manifest file accepted (default 1 MiB)")
+    _add_no_cache(parser)
+
+
+def _add_no_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-cache", action="store_true",
+                        help="do not read or write the parse cache under .unet/cache/")
 
 
 def _add_live_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="text (human: its old name), json, github (annotations), "
                                "markdown")
     validate.add_argument("--no-cache", action="store_true",
-                          help="do not use or write the result cache under .unet/cache/")
+                          help="do not read or write the caches under .unet/cache/ (results "
+                               "and parsed files)")
     validate.set_defaults(func=_cmd_validate)
 
     plan = commands_.add_parser("plan", help="show what applying the repo would change")
@@ -112,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--rev", metavar="REV", help="apply this Git revision")
     apply.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
                        metavar="BYTES", help=argparse.SUPPRESS)
+    _add_no_cache(apply)
     apply.add_argument("--auto-approve", action="store_true",
                        help="do not ask for confirmation (CI)")
     apply.add_argument("--refresh-only", action="store_true",
@@ -177,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the OVN NetworkManager, when the repo has several")
     nb.add_argument("nbctl", nargs=argparse.REMAINDER, metavar="-- ARGS",
                     help="arguments for ovn-nbctl")
-    nb.set_defaults(func=_command("nb"), max_file_size=DEFAULT_MAX_FILE_BYTES)
+    nb.set_defaults(func=_command("nb"), max_file_size=DEFAULT_MAX_FILE_BYTES, no_cache=False)
 
     completion = commands_.add_parser(
         "completion", help="print the shell completion script (bash, zsh, fish)",
@@ -269,20 +277,31 @@ def _validate_target(paths: list[Path]) -> tuple[Path, set[str] | None]:
 
 def _validated(args: argparse.Namespace) -> tuple[list[Any], int, int]:
     """Diagnostics, files and documents of the repo; from the cache when nothing changed."""
-    from .cache import ValidationCache, inputs_digest
-    from .validate import repo_files, validate_files
+    from .cache import ValidationCache, cache_dir, inputs_digest
+    from .validate import parsed_files, repo_files, validate_files
 
-    items = list(repo_files(args.path, args.rev, args.max_file_size))
-    cache = None if args.no_cache else ValidationCache(
-        Path(os.environ.get("UNET_CACHE_DIR") or args.path / ".unet" / "cache"))
+    items = [_read_once(item, args.max_file_size)
+             for item in repo_files(args.path, args.rev, args.max_file_size)]
+    cache = None if args.no_cache else ValidationCache(cache_dir(args.path))
     key = inputs_digest(items, args.max_file_size) if cache else ""
     hit = cache.lookup(key) if cache else None
     if hit is not None:
         return hit["diagnostics"], hit["files"], hit["documents"]
-    result = validate_files(iter(items), args.max_file_size)
+    parsed = parsed_files(args.path, args.max_file_size, not args.no_cache)
+    result = validate_files(iter(items), args.max_file_size, parsed)
+    parsed.save()
     if cache:
         cache.store(key, result.diagnostics, result.files, len(result.documents))
     return result.diagnostics, result.files, len(result.documents)
+
+
+def _read_once(item: SourceFile | Diagnostic, max_file_bytes: int) -> SourceFile | Diagnostic:
+    """A file on disk, read now: the cache key and the parse then read it once, not twice."""
+    if not isinstance(item, SourceFile) or item.blob_id is not None or \
+            item.size > max_file_bytes:
+        return item
+    content = item.read()
+    return SourceFile(item.path, item.size, lambda: content)
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

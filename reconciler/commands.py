@@ -26,7 +26,7 @@ from .report import (
     summarize,
     use_colour,
 )
-from .validate import ParsedFiles, Validation, revision_info, validate_repo
+from .validate import ParsedFiles, Validation, parsed_files, revision_info, validate_repo
 
 
 def _print_validation(result: Validation, path: Path) -> None:
@@ -60,9 +60,15 @@ def _github_plan(document: dict[str, Any], prefix: str) -> str:
     return github_annotations(document["diagnostics"], prefix) + render_text(document)
 
 
-def _validated_head(path: Path, rev: str | None, max_bytes: int,
+def _validated_head(args: argparse.Namespace, path: Path, rev: str | None,
                     parsed: ParsedFiles | None = None) -> Validation | None:
-    head = validate_repo(path, rev, max_bytes, parsed)
+    """The repo at `path` (`rev`), validated; None, said why, when it has errors. Parsed
+    files come from and go to the parse cache, unless `parsed` is the caller's."""
+    own = parsed_files(path, args.max_file_size, not args.no_cache) if parsed is None \
+        else parsed
+    head = validate_repo(path, rev, args.max_file_size, own)
+    if parsed is None:
+        own.save()
     if not head.ok:
         _print_validation(head, path)
         print("unet: the repo has errors; no plan", file=sys.stderr)
@@ -88,7 +94,7 @@ def _progress(manager: str) -> engine.ProgressFactory:
 def plan(args: argparse.Namespace) -> int:
     if args.base is not None:
         return _plan_between(args)
-    head = _validated_head(args.path, args.rev, args.max_file_size)
+    head = _validated_head(args, args.path, args.rev)
     if head is None:
         return EXIT_ERROR
     outcome = engine.run(head, {"head": revision_info(args.path, args.rev)},
@@ -102,11 +108,14 @@ def _plan_between(args: argparse.Namespace) -> int:
     head_rev = args.head or args.rev
     inputs = {"head": revision_info(args.path, head_rev),
               "base": revision_info(args.path, args.base)}
-    parsed = ParsedFiles()  # files both revisions hold are parsed once, and shared
-    head = _validated_head(args.path, head_rev, args.max_file_size, parsed)
+    # Files both revisions hold are parsed once, and shared.
+    parsed = parsed_files(args.path, args.max_file_size, not args.no_cache)
+    head = _validated_head(args, args.path, head_rev, parsed)
     if head is None:
+        parsed.save()
         return EXIT_ERROR
     base = validate_repo(args.path, args.base, args.max_file_size, parsed)
+    parsed.save()
     inputs["base"].update(valid=base.ok, errors=sum(d.is_error for d in base.diagnostics))
     result = plan_between(base, head, inputs)
     result.diagnostics += [d for d in head.diagnostics if not d.is_error]
@@ -183,7 +192,7 @@ def apply(args: argparse.Namespace) -> int:
 
 
 def _apply_repo(args: argparse.Namespace) -> int:
-    head = _validated_head(args.target, args.rev, args.max_file_size)
+    head = _validated_head(args, args.target, args.rev)
     if head is None:
         return EXIT_ERROR
 
@@ -208,7 +217,7 @@ def _apply_saved(args: argparse.Namespace) -> int:
         raise ApplyError(f"the plan was made from the repo at {path}, which is not here; "
                          "apply it from the folder it was made in")
     rev = head_info.get("commit") if head_info.get("rev") else None
-    head = _validated_head(path, rev, args.max_file_size)
+    head = _validated_head(args, path, rev)
     if head is None:
         return EXIT_ERROR
     where = f"{path}" + (f" at {head_info['commit'][:12]}" if rev else "")
@@ -300,7 +309,7 @@ def show_bindings(args: argparse.Namespace) -> int:
     from .bindings import bindings, render_text
     from .pipeline import render_desired
 
-    head = _validated_head(args.path, args.rev, args.max_file_size)
+    head = _validated_head(args, args.path, args.rev)
     if head is None:
         return EXIT_ERROR
     assert head.context is not None
@@ -331,7 +340,7 @@ def nb(args: argparse.Namespace) -> int:
     from .model import Model
     from .pipeline import managers_of
 
-    head = _validated_head(args.path, None, args.max_file_size)
+    head = _validated_head(args, args.path, None)
     if head is None:
         return EXIT_ERROR
     assert head.context is not None

@@ -1,13 +1,15 @@
 """Stage `load`: read a network repo (a folder or a Git revision) into documents.
 
-Every document keeps its file and the line of every node, so later stages can
-point at the offending field. Only safe YAML is accepted: no tags beyond the
-core schema, a bound on aliases and nesting, duplicate keys rejected, a size
-bound per file, and no path that leaves the repo.
+Every document keeps its file and the text it was read from, so later stages can
+point at the offending field: the line of each node is found again from that text
+when a diagnostic first asks, so a valid repo never maps its lines. Only safe YAML
+is accepted: no tags beyond the core schema, a bound on aliases and nesting,
+duplicate keys rejected, a size bound per file, and no path that leaves the repo.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -45,25 +47,18 @@ try:  # libyaml when available: an order of magnitude faster than pure Python
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _BaseLoader = yaml.SafeLoader
 
-_RESOLVED_SCALARS: dict[tuple[str, Any], str] = {}
-_RESOLVED_SCALARS_BOUND = 100_000
+#: Tags by (node kind, value, implicit). PyYAML resolves each node's tag with regexes in
+#: Python, and manifests repeat values a lot (field names, kinds, protocols): this C-level
+#: cache is called straight from libyaml's composer, without a Python frame on a hit. One
+#: resolver serves every loader: without path resolvers, a tag depends on nothing else.
+_resolve = functools.lru_cache(maxsize=100_000)(yaml.resolver.Resolver().resolve)
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
-    """PyYAML resolves each scalar's tag with regexes in Python; manifests repeat values a
-    lot (field names, kinds, protocols), so resolutions are remembered. Path resolvers,
-    which manifests never use, are switched off."""
+    """Resolutions are remembered (`_resolve`); path resolvers, which manifests never use,
+    are switched off."""
 
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-        if kind is not ScalarNode:
-            return str(super().resolve(kind, value, implicit))
-        key = (value, implicit)
-        tag = _RESOLVED_SCALARS.get(key)
-        if tag is None:
-            if len(_RESOLVED_SCALARS) > _RESOLVED_SCALARS_BOUND:
-                _RESOLVED_SCALARS.clear()
-            tag = _RESOLVED_SCALARS[key] = super().resolve(kind, value, implicit)
-        return tag
+    resolve = staticmethod(_resolve)
 
     def descend_resolver(self, current_node: Any, current_index: Any) -> None:
         return None
@@ -88,6 +83,38 @@ _SCALAR_BUILDERS: dict[str, Callable[[ScalarNode], Any]] = {
 Path_ = tuple[str | int, ...]
 
 
+class LineSource:
+    """The text some documents were composed from: a file's, or one piece of it (`span`)
+    when a syntax error made it be parsed document by document. Their line maps are built
+    from it again on the first `Document.line_of`: only diagnostics need lines, and
+    mapping every node of every file cost each run time and memory. The file's text may
+    be kept as the UTF-8 bytes read (a file from the parse cache): decoded only then."""
+
+    __slots__ = ("_maps", "file", "span", "text")
+
+    def __init__(self, file: str, text: str | bytes,
+                 span: tuple[int, int] | None = None) -> None:
+        self.file = file
+        self.text = text
+        self.span = span
+        self._maps: dict[int, dict[Path_, int]] | None = None
+
+    def piece(self) -> str:
+        """What was composed. A piece keeps its line numbers: it is parsed after as many
+        empty lines as precede it."""
+        text = self.text if isinstance(self.text, str) else self.text.decode("utf-8")
+        if self.span is None:
+            return text
+        start, end = self.span
+        return "\n" * text.count("\n", 0, start) + text[start:end]
+
+    def lines(self, position: int) -> dict[Path_, int]:
+        """Line of every node of the `position`th document of the text, by path."""
+        if self._maps is None:
+            self._maps = _line_maps(self.file, self.piece())
+        return self._maps.get(position, {})
+
+
 @dataclass(slots=True)
 class Document:
     """One YAML document of a manifest file."""
@@ -96,18 +123,28 @@ class Document:
     index: int  # position in the file, 0-based
     line: int  # 1-based line where the document starts
     data: Any
-    lines: dict[Path_, int] = field(default_factory=dict)
     tenant: str | None = None  # from the folder: tenants/<tenant>/...
     area: str = ""  # "root", "provider" or "tenants"
     # Not YAML: `data` holds only the kind and name read from its text, if they could be,
     # so that what names it is not reported again.
     broken: bool = False
+    source: LineSource | None = field(default=None, compare=False, repr=False)
+    position: int = field(default=0, compare=False, repr=False)  # among the source's documents
+    built_lines: dict[Path_, int] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def lines(self) -> dict[Path_, int]:
+        """Line of every node, by path; built from the source text on first use."""
+        if self.built_lines is None:
+            self.built_lines = {} if self.source is None else self.source.lines(self.position)
+        return self.built_lines
 
     def line_of(self, path: Path_) -> int:
         """Line of the node at `path`, or of its nearest ancestor that exists."""
+        lines = self.lines
         path = tuple(path)
         while path:
-            line = self.lines.get(path)
+            line = lines.get(path)
             if line is not None:
                 return line
             path = path[:-1]
@@ -142,72 +179,79 @@ class _BadScalar(_Unsafe):
     hint = "quote the value to make it text"
 
 
-class _Builder:
-    """Turns a composed YAML node tree into plain data plus a line map."""
+class _Duplicate(Exception):
+    """A key seen twice in one mapping: reported by _LineBuilder, which knows paths."""
 
-    def __init__(self, file: str) -> None:
-        self.file = file
+
+class _Builder:
+    """Turns a composed YAML node tree into plain data, refusing what is not safe.
+
+    It keeps neither paths nor lines, which only diagnostics need. A duplicate key, the
+    one problem that is reported and read past, raises _Duplicate: the file is built
+    again by _LineBuilder."""
+
+    def __init__(self) -> None:
         self.seen: set[int] = set()
         self.aliases = 0
         self.nodes = 0
-        self.lines: dict[Path_, int] = {}
-        self.diagnostics: list[Diagnostic] = []
 
-    def build(self, node: Node, path: Path_, depth: int = 0, aliased: bool = False) -> Any:
+    def build(self, node: Node, depth: int = 0, aliased: bool = False) -> Any:
         """Plain data of `node`; `aliased` while inside a subtree reached through an alias."""
+        self._count(node, depth)
+        if node.__class__ is ScalarNode:  # the common case first: no alias bookkeeping
+            return node.value if node.tag == _STR else self._scalar(node)
+        aliased = self._aliased(node, aliased)
+        if isinstance(node, SequenceNode):
+            self._check_tag(node, "seq")
+            return [self.build(item, depth + 1, aliased) for item in node.value]
+        if isinstance(node, MappingNode):
+            return self._mapping(node, depth + 1, aliased)
+        raise _Unsafe(f"unsupported YAML node {type(node).__name__}", node)
+
+    def _mapping(self, node: MappingNode, depth: int, aliased: bool) -> dict[str, Any]:
+        self._check_tag(node, "map")
+        out: dict[str, Any] = {}
+        plain = depth <= MAX_DEPTH  # a string value needs no call to `build` then
+        for key_node, value_node in node.value:
+            key = key_node.value if key_node.__class__ is ScalarNode and \
+                key_node.tag == _STR else self._key(key_node)
+            if key in out:
+                raise _Duplicate
+            if plain and value_node.__class__ is ScalarNode and value_node.tag == _STR \
+                    and self.nodes < MAX_NODES:
+                self.nodes += 1  # what `build` counts
+                out[key] = value_node.value
+            else:
+                out[key] = self.build(value_node, depth, aliased)
+        return out
+
+    def _count(self, node: Node, depth: int) -> None:
         if depth > MAX_DEPTH:
             raise _Unsafe(f"nesting deeper than {MAX_DEPTH} levels", node)
         self.nodes += 1
         if self.nodes > MAX_NODES:
             raise _Unsafe(f"the file expands to more than {MAX_NODES:,} values (alias bomb?)",
                           node)
-        if node.__class__ is ScalarNode:  # the common case first: no alias bookkeeping
-            return node.value if node.tag == _STR else self._scalar(node)
+
+    def _aliased(self, node: Node, aliased: bool) -> bool:
+        """Whether `node`'s subtree is reached through an alias; counts the aliases."""
         if id(node) not in self.seen:
             self.seen.add(id(node))
         elif not aliased:
-            aliased = True
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
                 raise _Unsafe(f"more than {MAX_ALIASES} aliases", node)
-        if isinstance(node, SequenceNode):
-            self._check_tag(node, "seq")
-            items = []
-            for index, item in enumerate(node.value):
-                self.lines[(*path, index)] = item.start_mark.line + 1
-                items.append(self.build(item, (*path, index), depth + 1, aliased))
-            return items
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path, depth, aliased)
-        raise _Unsafe(f"unsupported YAML node {type(node).__name__}", node)
+            return True
+        return aliased
 
-    def _mapping(self, node: MappingNode, path: Path_, depth: int,
-                 aliased: bool) -> dict[str, Any]:
-        self._check_tag(node, "map")
-        out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, ScalarNode):
-                raise _Unsafe("mapping keys must be plain scalars", key_node)
-            if key_node.tag == _TAG + "merge":
-                raise _Unsafe("merge keys (<<) are not supported; write the fields out", key_node)
-            key = str(self._scalar(key_node))
-            key_line = key_node.start_mark.line + 1
-            if key in out:
-                self.diagnostics.append(
-                    Diagnostic(
-                        "YAML_DUPLICATE_KEY",
-                        f"key '{key}' appears more than once in this mapping "
-                        f"(first on line {self.lines[(*path, key)]})",
-                        file=self.file,
-                        line=key_line,
-                        path=json_pointer((*path, key)),
-                        hint="remove one of them; YAML keeps only one value",
-                    )
-                )
-                continue
-            self.lines[(*path, key)] = key_line
-            out[key] = self.build(value_node, (*path, key), depth + 1, aliased)
-        return out
+    def _key(self, node: Node) -> str:
+        if not isinstance(node, ScalarNode):
+            raise _Unsafe("mapping keys must be plain scalars", node)
+        if node.tag == _STR:
+            return node.value  # type: ignore[no-any-return]
+        if node.tag == _TAG + "merge":
+            raise _Unsafe("merge keys (<<) are not supported; write the fields out", node)
+        return str(self._scalar(node))
 
     def _scalar(self, node: ScalarNode) -> Any:
         builder = _SCALAR_BUILDERS.get(node.tag)
@@ -225,6 +269,57 @@ class _Builder:
     def _check_tag(node: Node, expected: str) -> None:
         if node.tag != _TAG + expected:
             raise _Unsafe(f"YAML tag '{node.tag}' is not allowed", node)
+
+
+class _LineBuilder(_Builder):
+    """The same data and checks, plus the line of every node by path: for Document.lines,
+    and to report duplicate keys (each on its line, pointing at the first one)."""
+
+    def __init__(self, file: str) -> None:
+        super().__init__()
+        self.file = file
+        self.lines: dict[Path_, int] = {}
+        self.diagnostics: list[Diagnostic] = []
+
+    def build_at(self, node: Node, path: Path_, depth: int = 0, aliased: bool = False) -> Any:
+        self._count(node, depth)
+        if node.__class__ is ScalarNode:
+            return node.value if node.tag == _STR else self._scalar(node)
+        aliased = self._aliased(node, aliased)
+        if isinstance(node, SequenceNode):
+            self._check_tag(node, "seq")
+            items = []
+            for index, item in enumerate(node.value):
+                self.lines[(*path, index)] = item.start_mark.line + 1
+                items.append(self.build_at(item, (*path, index), depth + 1, aliased))
+            return items
+        if isinstance(node, MappingNode):
+            return self._mapping(node, path, depth, aliased)
+        raise _Unsafe(f"unsupported YAML node {type(node).__name__}", node)
+
+    def _mapping(self, node: MappingNode, path: Path_, depth: int,
+                 aliased: bool) -> dict[str, Any]:
+        self._check_tag(node, "map")
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = self._key(key_node)
+            key_line = key_node.start_mark.line + 1
+            if key in out:
+                self.diagnostics.append(
+                    Diagnostic(
+                        "YAML_DUPLICATE_KEY",
+                        f"key '{key}' appears more than once in this mapping "
+                        f"(first on line {self.lines[(*path, key)]})",
+                        file=self.file,
+                        line=key_line,
+                        path=json_pointer((*path, key)),
+                        hint="remove one of them; YAML keeps only one value",
+                    )
+                )
+                continue
+            self.lines[(*path, key)] = key_line
+            out[key] = self.build_at(value_node, (*path, key), depth + 1, aliased)
+        return out
 
 
 def parse_manifest_file(path: str, content: bytes) -> tuple[list[Document], list[Diagnostic]]:
@@ -246,23 +341,29 @@ def parse_manifest_file(path: str, content: bytes) -> tuple[list[Document], list
     return _parse(path, text, content, salvage=True)
 
 
-def _parse(path: str, text: str, content: bytes, salvage: bool
-           ) -> tuple[list[Document], list[Diagnostic]]:
-    builder = _Builder(path)
+def _empty(node: Node | None) -> bool:
+    """An empty document between `---` separators."""
+    return node is None or (isinstance(node, ScalarNode) and node.tag == _TAG + "null")
+
+
+def _parse(path: str, text: str, content: bytes, salvage: bool, with_lines: bool = False,
+           source: LineSource | None = None) -> tuple[list[Document], list[Diagnostic]]:
+    """Documents of `text` (which is `source`'s), built without line maps unless a
+    duplicate key needs them."""
+    source = source or LineSource(path, text)
     documents: list[Document] = []
+    builder = _LineBuilder(path) if with_lines else _Builder()
     try:
         deep = _too_deep(content)
         if deep is not None:
             raise _Unsafe(f"nesting deeper than {MAX_DEPTH} levels", deep)
         for index, node in enumerate(yaml.compose_all(text, Loader=_Loader)):
-            if node is None or (isinstance(node, ScalarNode) and node.tag == _TAG + "null"):
-                continue  # an empty document between `---` separators
+            if _empty(node):
+                continue
             builder.seen.clear()
-            builder.lines = {}
-            data = builder.build(node, ())
-            documents.append(
-                Document(path, index, node.start_mark.line + 1, data, builder.lines)
-            )
+            documents.append(_document(builder, node, source, index))
+    except _Duplicate:
+        return _parse(path, text, content, salvage, with_lines=True, source=source)
     except yaml.MarkedYAMLError as exc:
         return _by_document(path, text) if salvage else ([], [_syntax_error(path, exc)])
     except yaml.YAMLError as exc:  # reader errors: control characters, bad encodings
@@ -270,8 +371,9 @@ def _parse(path: str, text: str, content: bytes, salvage: bool
                                file=path, line=_reader_line(content, exc))]
     except _Unsafe as exc:
         return [], [Diagnostic(exc.code, str(exc), file=path, line=exc.line, hint=exc.hint)]
-    if not documents and not builder.diagnostics:
-        builder.diagnostics.append(
+    problems = builder.diagnostics if isinstance(builder, _LineBuilder) else []
+    if not documents and not problems:
+        problems.append(
             Diagnostic(
                 "SCHEMA_TYPE",
                 "the file holds no manifest",
@@ -280,25 +382,54 @@ def _parse(path: str, text: str, content: bytes, salvage: bool
                 hint="delete the file, or write a manifest with apiVersion, kind and metadata",
             )
         )
-    return documents, builder.diagnostics
+    return documents, problems
+
+
+def _document(builder: _Builder, node: Node, source: LineSource, index: int) -> Document:
+    line = node.start_mark.line + 1
+    if not isinstance(builder, _LineBuilder):
+        return Document(source.file, index, line, builder.build(node), source=source,
+                        position=index)
+    builder.lines = {}
+    data = builder.build_at(node, ())
+    return Document(source.file, index, line, data, source=source, position=index,
+                    built_lines=builder.lines)
+
+
+def _line_maps(path: str, text: str) -> dict[int, dict[Path_, int]]:
+    """Line maps of the documents of `text`, by position: `text` was parsed without error
+    before, so it composes the same way again."""
+    builder = _LineBuilder(path)
+    maps: dict[int, dict[Path_, int]] = {}
+    for position, node in enumerate(yaml.compose_all(text, Loader=_Loader)):
+        if not _empty(node):
+            builder.seen.clear()
+            builder.lines = {}
+            builder.build_at(node, ())
+            maps[position] = builder.lines
+    return maps
 
 
 _SEPARATOR = re.compile(r"^(?:---(?:[ \t].*)?|\.\.\.[ \t]*)$", re.M)
 _KIND = re.compile(r"^kind:[ \t]*[\"']?([A-Za-z]+)[\"']?[ \t]*(?:#.*)?$", re.M)
-_NAME = re.compile(r"^metadata:[ \t]*\n(?:[ \t]+.*\n|[ \t]*\n)*?[ \t]+name:[ \t]*[\"']?"
+# Each line below `metadata:` (blank, or indented) matches in one way only. `[ \t]+.*\n`
+# could split a line's indent between its two parts in as many ways as it has blanks: a
+# broken document whose metadata held a dozen lines but no plain name took seconds, and
+# each line more multiplied that.
+_NAME = re.compile(r"^metadata:[ \t]*\n(?:(?:[ \t].*)?\n)*?[ \t]+name:[ \t]*[\"']?"
                    r"([a-z0-9][-a-z0-9]*)[\"']?[ \t]*(?:#.*)?$", re.M)
 
 
 def _by_document(path: str, text: str) -> tuple[list[Document], list[Diagnostic]]:
     """A file with a syntax error, parsed document by document: one broken document costs
-    one error, and the others are read as usual. Each piece keeps its line numbers (it is
-    parsed after as many empty lines as precede it)."""
+    one error, and the others are read as usual. Each piece keeps its line numbers."""
     starts = [0, *(m.start() for m in _SEPARATOR.finditer(text) if m.start() > 0)]
     documents: list[Document] = []
     diagnostics: list[Diagnostic] = []
     for index, (start, end) in enumerate(zip(starts, [*starts[1:], len(text)], strict=True)):
-        piece = "\n" * text.count("\n", 0, start) + text[start:end]
-        docs, problems = _parse(path, piece, piece.encode(), salvage=False)
+        source = LineSource(path, text, (start, end))
+        piece = source.piece()
+        docs, problems = _parse(path, piece, piece.encode(), salvage=False, source=source)
         documents += [_renumbered(doc, index) for doc in docs]
         diagnostics += [d for d in problems if d.code != "SCHEMA_TYPE" or docs]
         if any(d.code == "YAML_SYNTAX" for d in problems):

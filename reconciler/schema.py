@@ -202,12 +202,15 @@ def validate_documents(documents: list[Document]) -> tuple[list[Manifest], list[
             diagnostics.extend(problems)
             continue
         try:
-            obj = KINDS[doc.data["kind"]].model_validate(doc.data)
+            manifests.append(manifest_of(doc))
         except pydantic.ValidationError as exc:  # the schema and model disagree: still no crash
             diagnostics.extend(_pydantic_problems(doc, exc))
-            continue
-        manifests.append(Manifest(doc, obj))
     return manifests, diagnostics
+
+
+def manifest_of(doc: Document) -> Manifest:
+    """The typed manifest of a document whose shape passed the schema."""
+    return Manifest(doc, KINDS[doc.data["kind"]].model_validate(doc.data))
 
 
 def _shape_problems(doc: Document) -> Iterator[Diagnostic]:

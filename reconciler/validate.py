@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cache import cache_dir
 from .check import Context, check
 from .diagnostics import Diagnostic
 from .load import (
@@ -19,6 +19,7 @@ from .load import (
     load_documents,
 )
 from .models import KINDS
+from .parse_cache import FileKey, ParseCache, ParsedFile, content_id
 from .plugins import installed_plugins
 from .schema import Manifest, validate_documents
 
@@ -49,42 +50,54 @@ def repo_files(path: Path, rev: str | None,
     return git_files(path, rev, max_file_bytes) if rev else folder_files(path)
 
 
-@dataclass(slots=True)
-class _ParsedFile:
-    documents: list[Document]
-    manifests: list[Manifest]
-    load_problems: list[Diagnostic]
-    schema_problems: list[Diagnostic]
-
-
 class ParsedFiles:
-    """Files parsed and schema-checked once per path and content (the Git blob id, or a
-    hash of the file's bytes).
+    """Files parsed and schema-checked once per path and content (a SHA-256 of the bytes,
+    the same on disk and in any revision).
 
-    Revisions that share a file (a pull request's base and head) share its
-    documents and manifests too, so the planner can tell unchanged manifests
-    by identity; a reconcile daemon parses only the files that changed since
-    its last run.
+    Revisions that share a file (a pull request's base and head, or the files on disk
+    and a revision) share its documents and manifests too, so the planner can tell
+    unchanged manifests by identity; a reconcile daemon parses only the files that
+    changed since its last run. With a ParseCache (one-shot commands), files an earlier
+    run parsed are read from it, and `save` leaves this run's for the next.
     """
 
-    def __init__(self) -> None:
-        self._files: dict[tuple[str, str], _ParsedFile] = {}
-        self._used: set[tuple[str, str]] = set()
+    def __init__(self, cache: ParseCache | None = None) -> None:
+        self._files: dict[FileKey, ParsedFile] = {}
+        self._used: set[FileKey] = set()
+        self._cache = cache
 
-    def parse(self, item: SourceFile, max_file_bytes: int) -> _ParsedFile:
-        if item.blob_id is None and item.size <= max_file_bytes:
-            content = item.read()
-            item = SourceFile(item.path, len(content), lambda: content,
-                              hashlib.sha1(content).hexdigest())
-        key = (item.path, item.blob_id) if item.blob_id is not None else None
-        found = self._files.get(key) if key is not None else None
+    def parse(self, item: SourceFile, max_file_bytes: int) -> ParsedFile:
+        if item.size > max_file_bytes:  # not read at all: nothing to remember
+            return _parse(item, max_file_bytes)
+        content = item.read()
+        item = SourceFile(item.path, len(content), lambda: content, item.blob_id)
+        key = (item.path, content_id(content))
+        self._used.add(key)
+        found = self._files.get(key)
         if found is None:
-            found = _parse(item, max_file_bytes)
-            if key is not None:
-                self._files[key] = found
-        if key is not None:
-            self._used.add(key)
+            found = self._from_cache(key, content, max_file_bytes) or \
+                self._parse_new(item, key, max_file_bytes)
+            self._files[key] = found
         return found
+
+    def _from_cache(self, key: FileKey, content: bytes,
+                    max_file_bytes: int) -> ParsedFile | None:
+        if self._cache is None or self._cache.max_file_bytes != max_file_bytes:
+            return None
+        return self._cache.get(key, content)
+
+    def _parse_new(self, item: SourceFile, key: FileKey, max_file_bytes: int) -> ParsedFile:
+        found = _parse(item, max_file_bytes)
+        if self._cache is not None and self._cache.max_file_bytes == max_file_bytes:
+            self._cache.put(key, found)
+        return found
+
+    def save(self) -> None:
+        """Leave the files used so far in the parse cache, and let go of it: later runs
+        of a daemon are served from memory."""
+        if self._cache is not None:
+            self._cache.save(self._used)
+            self._cache = None
 
     def forget_unused(self) -> None:
         """Keep only the files parsed or reused since the last call (all of them when none
@@ -95,10 +108,16 @@ class ParsedFiles:
         self._used = set()
 
 
-def _parse(item: SourceFile, max_file_bytes: int) -> _ParsedFile:
+def parsed_files(repo: Path, max_file_bytes: int, use_cache: bool = True) -> ParsedFiles:
+    """ParsedFiles for a command on the repo at `repo`: with the repo's parse cache,
+    unless `use_cache` is off."""
+    return ParsedFiles(ParseCache(cache_dir(repo), max_file_bytes) if use_cache else None)
+
+
+def _parse(item: SourceFile, max_file_bytes: int) -> ParsedFile:
     documents, load_problems = load_documents(iter([item]), max_file_bytes)
     manifests, schema_problems = validate_documents(documents)
-    return _ParsedFile(documents, manifests, load_problems, schema_problems)
+    return ParsedFile(documents, manifests, load_problems, schema_problems)
 
 
 def validate_files(files: Iterator[SourceFile | Diagnostic],

@@ -59,3 +59,15 @@ def test_a_new_unet_never_reads_an_old_entry(example_copy: Path, tmp_path: Path,
     monkeypatch.setattr(cache_module, "code_digest", lambda: "another version")
     _validate(example_copy, capsys)
     assert len(list((tmp_path / "cache").glob("validate-*.json"))) == 2
+
+
+def test_upgraded_libraries_never_read_an_old_entry(example_copy: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new PyYAML, pydantic or jsonschema may read a file differently or word a
+    diagnostic differently: their versions are part of the key."""
+    monkeypatch.setenv("UNET_CACHE_DIR", str(tmp_path / "cache"))
+    _validate(example_copy, capsys)
+    monkeypatch.setattr(cache_module, "environment_digest", lambda: "jsonschema 99")
+    _validate(example_copy, capsys)
+    assert len(list((tmp_path / "cache").glob("validate-*.json"))) == 2

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from reconciler.load import MAX_ALIASES, parse_manifest_file
+import time
+
+from reconciler.load import MAX_ALIASES, SourceFile, _parse, folder_files, parse_manifest_file
+
+from .conftest import EXAMPLE
 
 
 def _anchored(uses: int) -> bytes:
@@ -30,3 +34,38 @@ def test_an_alias_bomb_under_the_alias_count_is_caught_by_its_size() -> None:
     _docs, problems = parse_manifest_file("bomb.yaml", "\n".join(levels).encode())
     assert [p.code for p in problems] == ["YAML_UNSAFE"]
     assert "expands" in problems[0].message
+
+
+def test_a_broken_document_with_long_metadata_is_read_at_once() -> None:
+    """Its kind and name are looked for in its text: in time linear in its lines."""
+    labels = "".join(f"    label-{i}: value\n" for i in range(40))
+    text = f"kind: Tenant\nmetadata:\n  labels:\n{labels}  name: Not_A_Name\nspec: [\n"
+    started = time.perf_counter()
+    documents, problems = parse_manifest_file("provider/tenants/x.yaml", text.encode())
+    assert time.perf_counter() - started < 1
+    assert [p.code for p in problems] == ["YAML_SYNTAX"]
+    assert documents[0].broken and documents[0].data is None
+
+
+def test_line_maps_are_built_only_when_asked_and_as_before() -> None:
+    """A valid file maps no lines; the first `line_of` maps its documents from their text,
+    exactly as building them eagerly (what a duplicate key does) maps them."""
+    for item in folder_files(EXAMPLE):
+        if not isinstance(item, SourceFile):
+            continue
+        content = item.read()
+        documents, _problems = parse_manifest_file(item.path, content)
+        eager, _ = _parse(item.path, content.decode(), content, salvage=True, with_lines=True)
+        assert all(doc.built_lines is None for doc in documents), item.path
+        assert [doc.lines for doc in documents] == [doc.lines for doc in eager], item.path
+        assert all(doc.lines for doc in documents), item.path
+
+
+def test_a_duplicate_key_is_reported_as_before_and_its_document_kept() -> None:
+    text = b"kind: Tenant\nmetadata:\n  name: a\n  name: b\nspec:\n  - x\n  - y\n"
+    [document], [problem] = parse_manifest_file("provider/tenants/a.yaml", text)
+    assert (problem.code, problem.line, problem.path) == ("YAML_DUPLICATE_KEY", 4,
+                                                          "/metadata/name")
+    assert "first on line 3" in problem.message
+    assert document.data["metadata"] == {"name": "a"}
+    assert document.line_of(("spec", 1)) == 7

@@ -71,6 +71,9 @@ def add_parser(commands: Any) -> None:
                         metavar="BYTES", help=argparse.SUPPRESS)
     parser.add_argument("--manager", action="append", metavar="NAME",
                         help="only this NetworkManager (repeatable; default: all)")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="do not read or write the parse cache under .unet/cache/ "
+                             "(a daemon uses it at its first run only)")
     parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="how long to wait for another run's lock (default 60)")
     parser.add_argument("--webhook-secret-env", metavar="NAME",
@@ -106,7 +109,7 @@ def options_of(args: argparse.Namespace) -> Options:
                    state_dir=args.state_dir, workdir=Path.cwd(),
                    history_size=args.history_size, replicas=args.replicas and not args.once,
                    watch=not args.once and not args.no_watch,
-                   resync_interval=args.resync_interval)
+                   resync_interval=args.resync_interval, parse_cache=not args.no_cache)
 
 
 def command(args: argparse.Namespace) -> int:

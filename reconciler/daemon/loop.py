@@ -76,6 +76,7 @@ class Options:
     replicas: bool = False  # stand for election: one replica of several is active
     watch: bool = False  # plan against replicas of the backends, kept by their change feeds
     resync_interval: float = 3600.0  # with `watch`: a full plan at least this often
+    parse_cache: bool = True  # the first run reads and writes the repo's parse cache
 
 
 @dataclass
@@ -221,12 +222,14 @@ class Reconciler:
     def _reconcile(self, folder: Path, rev: str | None, run: Run) -> _Outcome:
         """Validate `rev` of `folder` (None: the files), plan it live, apply what is due."""
         from .. import engine
-        from ..validate import ParsedFiles, revision_info
+        from ..validate import parsed_files, revision_info
 
         if self.parsed is None:
-            self.parsed = ParsedFiles()
+            self.parsed = parsed_files(folder, self.options.max_file_size,
+                                       self.options.parse_cache)
         files, head = self.incremental.validate(folder, rev, self.options.max_file_size,
                                                 self.parsed)
+        self.parsed.save()  # the first run only: later runs are served from memory
         if not head.ok:
             errors = [d for d in head.diagnostics if d.is_error]
             run.errors = len(errors)

@@ -1,0 +1,278 @@
+"""A cache of parsed files for one-shot runs (`unet validate`, `plan`, `apply`,
+`reconcile --once`): a file whose path and content were parsed before skips the YAML
+reader and the schema checks.
+
+An entry holds what `ParsedFiles` keeps of one file: its documents (their data, and
+what part of the file's text their line maps are built from on demand), which of them
+became manifests, and its load and schema problems. Entries are keyed by the file's
+path and a SHA-256 of its bytes, so that a run on a checkout and a run on a revision
+(`--rev`, `plan --base`) share them. A manifest's model is validated again from its
+data when it is read: pydantic does that faster than pickle restores one, and the
+schema check it passed is not run again.
+
+The entries of one run are kept together in one pack file, under the repo's cache
+folder (`cache_dir`, beside the validation results). A pack is named by, and only read
+under, the digest of everything else a parse depends on: unet's code and schemas, the
+versions of Python and the libraries that read and check manifests, the installed
+plugins, and the size bound. It is written again, with the entries this run used (so
+files no longer present drop out), only when the run parsed a file it did not hold;
+the newest `KEEP_PACKS` are kept. Everything is best effort: a pack that cannot be read
+or written makes the run slower, never wrong.
+
+Packs are pickles, and unpickling runs whatever code a pickle names. So, twice guarded:
+a pack is read only when it is a regular file owned by the user running unet and
+writable by nobody else (the repo's `.unet/` is that user's own, but a shared checkout,
+a symlink or a cache restored from elsewhere must not be able to run code as them); and
+it is unpickled by `_PlainUnpickler`, which refuses any class or function, so that even
+a pack someone else wrote could give wrong data at worst, never run code. Entries hold
+only containers, text and numbers for that reason. A checksum over the whole file guards
+against torn and damaged packs, not hostile ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import pickle
+import stat
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .cache import code_digest, environment_digest
+from .diagnostics import Diagnostic
+from .load import Document, LineSource
+from .plugins import plugins_digest
+from .schema import Manifest, manifest_of
+
+KEEP_PACKS = 2
+_MAGIC = b"unet parse cache 1\n"
+_HEADER = struct.Struct("<QQI")  # index length, body length, CRC-32 of index and body
+_PREFIX, _SUFFIX = "parse-", ".pack"
+FileKey = tuple[str, str]  # (path, content id)
+
+
+@dataclass(slots=True)
+class ParsedFile:
+    """What one manifest file gave: its documents, the manifests among them, and the
+    problems of reading it and of its documents' shapes."""
+
+    documents: list[Document]
+    manifests: list[Manifest]
+    load_problems: list[Diagnostic]
+    schema_problems: list[Diagnostic]
+
+
+def content_id(content: bytes) -> str:
+    """Of a file's bytes, whether they come from disk or from a revision. Not the Git blob
+    id, whose SHA-1 Git checks against collisions while Python's does not: a crafted twin
+    of a reviewed file must not be served the reviewed file's parse."""
+    return hashlib.sha256(content).hexdigest()
+
+
+def pack_key(max_file_bytes: int) -> str:
+    """Of every input of a parse but the file itself."""
+    text = f"{code_digest()}\n{environment_digest()}\n{plugins_digest()}\n{max_file_bytes}\n"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ParseCache:
+    """The packs of one cache folder, for runs with one size bound."""
+
+    def __init__(self, directory: Path, max_file_bytes: int) -> None:
+        self.directory = directory
+        self.max_file_bytes = max_file_bytes
+        self._key: str | None = None
+        self._body = memoryview(b"")
+        self._index: dict[FileKey, tuple[int, int]] | None = None
+        self._new: dict[FileKey, bytes] = {}
+
+    @property
+    def key(self) -> str:
+        if self._key is None:
+            self._key = pack_key(self.max_file_bytes)
+        return self._key
+
+    @property
+    def path(self) -> Path:
+        return self.directory / f"{_PREFIX}{self.key[:32]}{_SUFFIX}"
+
+    def get(self, key: FileKey, content: bytes) -> ParsedFile | None:
+        """The file (its bytes: `content`) as parsed before, or None."""
+        if self._index is None:
+            self._index, self._body = _read_pack(self.path, self.key)
+        where = self._index.get(key)
+        if where is None:
+            return None
+        try:
+            start, length = where
+            return decode(self._body[start:start + length], key[0], content)
+        except Exception:  # a damaged entry is a miss, whatever it raises
+            del self._index[key]
+            return None
+
+    def put(self, key: FileKey, parsed: ParsedFile) -> None:
+        """Remember a file parsed now (encoded now: later stages may add to its objects)."""
+        self._new[key] = encode(parsed)
+
+    def save(self, used: Iterable[FileKey]) -> None:
+        """Write the entries of `used` as the new pack, if this run parsed any new file."""
+        if not self._new:
+            return
+        index, blobs, offset = {}, [], 0
+        for key in sorted(used):
+            blob = self._blob(key)
+            if blob is not None:
+                index[key] = (offset, len(blob))
+                blobs.append(blob)
+                offset += len(blob)
+        self._new = {}
+        with contextlib.suppress(OSError):
+            _write_pack(self.path, self.key, index, blobs)
+            _prune(self.directory)
+
+    def _blob(self, key: FileKey) -> bytes | memoryview | None:
+        new = self._new.get(key)
+        if new is not None:
+            return new
+        where = self._index.get(key) if self._index else None
+        return self._body[where[0]:where[0] + where[1]] if where else None
+
+
+# --- entries ------------------------------------------------------------------------------
+
+
+def encode(parsed: ParsedFile) -> bytes:
+    """One file's entry: plain tuples, lists and dicts, so that reading it builds only
+    those. Not the file's text, which whoever reads the entry holds already (it is keyed
+    by its hash): only which part of it each document was composed from."""
+    spans: list[tuple[int, int] | None] = []
+    numbers: dict[int, int] = {}  # id(source) -> its position in spans
+    documents = []
+    for doc in parsed.documents:
+        source = None
+        if doc.source is not None:
+            source = numbers.setdefault(id(doc.source), len(spans))
+            if source == len(spans):
+                spans.append(doc.source.span)
+        documents.append((doc.index, doc.line, doc.data, doc.tenant, doc.area, doc.broken,
+                          doc.position, source))
+    position = {id(doc): n for n, doc in enumerate(parsed.documents)}
+    manifests = [position[id(m.doc)] for m in parsed.manifests]
+    problems = [[_fields(d) for d in ds] for ds in (parsed.load_problems,
+                                                    parsed.schema_problems)]
+    return pickle.dumps((spans, documents, manifests, *problems),
+                        protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode(blob: bytes | memoryview, path: str, content: bytes) -> ParsedFile:
+    """The entry of the file at `path` whose bytes are `content`."""
+    spans, entries, manifests, load_problems, schema_problems = _loads(blob)
+    sources = [LineSource(path, content, span) for span in spans]
+    documents = [Document(path, index, line, data, tenant, area, broken,
+                          None if source is None else sources[source], position)
+                 for index, line, data, tenant, area, broken, position, source in entries]
+    return ParsedFile(documents, [manifest_of(documents[n]) for n in manifests],
+                      [_diagnostic(fields) for fields in load_problems],
+                      [_diagnostic(fields) for fields in schema_problems])
+
+
+def _fields(d: Diagnostic) -> tuple[Any, ...]:
+    """A diagnostic's arguments; its severity comes from the catalogue when it is built."""
+    return d.code, d.message, d.file, d.line, d.path, d.hint, d.column
+
+
+def _diagnostic(fields: tuple[Any, ...]) -> Diagnostic:
+    code, message, file, line, path, hint, column = fields
+    return Diagnostic(code, message, file, line, path, hint, column=column)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads what `encode` and `_write_pack` write: containers, text and numbers. A
+    pickle that names a class or a function, the only way one can run code, is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name}: a pack holds plain data only")
+
+
+def _loads(data: bytes | memoryview) -> Any:
+    return _PlainUnpickler(io.BytesIO(data)).load()
+
+
+# --- packs --------------------------------------------------------------------------------
+
+
+_Index = dict[FileKey, tuple[int, int]]
+
+
+def _read_pack(path: Path, key: str) -> tuple[_Index, memoryview]:
+    """The index and body of the pack at `path`; empty unless it is safe to unpickle,
+    whole, and made under `key`."""
+    data = _read_own_file(path)
+    if data is None or not data.startswith(_MAGIC):
+        return {}, memoryview(b"")
+    view = memoryview(data)[len(_MAGIC):]
+    if len(view) < _HEADER.size:
+        return {}, memoryview(b"")
+    index_length, body_length, crc = _HEADER.unpack_from(view)
+    payload = view[_HEADER.size:]
+    if len(payload) != index_length + body_length or zlib.crc32(payload) != crc:
+        return {}, memoryview(b"")
+    try:
+        found_key, index = _loads(payload[:index_length])
+    except Exception:  # unreadable is a miss, whatever it raises
+        return {}, memoryview(b"")
+    if found_key != key or not isinstance(index, dict):
+        return {}, memoryview(b"")
+    return index, payload[index_length:]
+
+
+def _read_own_file(path: Path) -> bytes | None:
+    """The bytes of `path` if it is a regular file of this user that nobody else may write
+    (checked on the open file, so that it cannot be swapped in between)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() \
+                or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return None
+        try:
+            return file.read()
+        except OSError:
+            return None
+
+
+def _write_pack(path: Path, key: str, index: _Index,
+                blobs: list[bytes | memoryview]) -> None:
+    """Write the pack whole to a file of its own, then put it in place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = pickle.dumps((key, index), protocol=pickle.HIGHEST_PROTOCOL)
+    body_length = sum(len(blob) for blob in blobs)
+    crc = zlib.crc32(head)
+    for blob in blobs:
+        crc = zlib.crc32(blob, crc)
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(_MAGIC + _HEADER.pack(len(head), body_length, crc) + head)
+            out.writelines(blobs)
+        os.replace(temporary, path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _prune(directory: Path) -> None:
+    packs = sorted(directory.glob(f"{_PREFIX}*{_SUFFIX}"), key=lambda p: p.stat().st_mtime,
+                   reverse=True)
+    for old in packs[KEEP_PACKS:]:
+        old.unlink(missing_ok=True)
