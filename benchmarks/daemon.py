@@ -199,7 +199,7 @@ def _push_hook(port: int) -> None:
         f"http://127.0.0.1:{port}/hooks/git", data=body, method="POST",
         headers={"Content-Type": "application/json", "X-GitHub-Event": "push",
                  "X-Hub-Signature-256": signature})
-    with urllib.request.urlopen(request, timeout=10):
+    with urllib.request.urlopen(request, timeout=120):  # a run may hold the GIL for long
         pass
 
 

@@ -44,15 +44,18 @@ def test_every_stage_and_comparison_runs_clean(tmp_path: Path) -> None:
                        "--json", str(out)])
     report = json.loads(out.read_text())
     assert code == 0, report
-    assert [r["stage"] for r in report["results"]] == list(bench.STAGES)
+    assert [r["stage"] for r in report["results"]] == [*bench.STAGES, *bench.DAEMON_STAGES]
     assert all(r["ok"] for r in report["results"])
     drift = next(r for r in report["results"] if r["stage"] == "reconcile-drift")
     assert drift["note"].startswith("applied")
-    names = [c["name"] for c in report["comparisons"]]
-    assert names == ["observe vs ovn-nbctl list", "initial apply vs ovn-nbctl script",
-                     "apply: 3-member cluster vs standalone",
-                     "reconcile-noop: 3-member cluster vs standalone"]
-    assert "same rows" in report["comparisons"][1]["note"]
+    comparisons = {c["name"]: c for c in report["comparisons"]}
+    assert list(comparisons) == [
+        "daemon-repair vs reconcile-drift", "daemon-idle vs reconcile-noop",
+        "daemon-commit vs reconcile-noop", "observe vs ovn-nbctl list",
+        "initial apply vs ovn-nbctl script", "apply: 3-member cluster vs standalone",
+        "reconcile-noop: 3-member cluster vs standalone"]
+    assert "same rows" in comparisons["initial apply vs ovn-nbctl script"]["note"]
+    assert comparisons["daemon-idle vs reconcile-noop"]["note"] == "each run planned nothing"
     assert all(c["ok"] for c in report["comparisons"])
     markdown = tmp_path / "figures.md"
     assert bench.main(["--combine", str(out), "--markdown", str(markdown)]) == 0

@@ -282,10 +282,11 @@ def test_a_pull_request_plan_reads_both_revisions_from_it(
 
 
 def _shown(parsed: parse_cache.ParsedFile) -> Any:
-    return ([(d.file, d.index, d.line, d.data, d.tenant, d.area, d.broken, d.lines)
-             for d in parsed.documents],
-            [(parsed.documents.index(m.doc), m.obj) for m in parsed.manifests],
-            parsed.load_problems, parsed.schema_problems)
+    """What a parse gives, as text: a `.nan` in a document is not equal to itself."""
+    return repr(([(d.file, d.index, d.line, d.data, d.tenant, d.area, d.broken, d.lines)
+                  for d in parsed.documents],
+                 [(parsed.documents.index(m.doc), m.obj) for m in parsed.manifests],
+                 parsed.load_problems, parsed.schema_problems))
 
 
 @SETTINGS
