@@ -55,6 +55,7 @@ _MAGIC = b"unet parse cache 1\n"
 _HEADER = struct.Struct("<QQI")  # index length, body length, CRC-32 of index and body
 _PREFIX, _SUFFIX = "parse-", ".pack"
 FileKey = tuple[str, str]  # (path, content id)
+_Index = dict[FileKey, tuple[int, int]]  # where each entry is in a pack's body
 
 
 @dataclass(slots=True)
@@ -89,7 +90,7 @@ class ParseCache:
         self.max_file_bytes = max_file_bytes
         self._key: str | None = None
         self._body = memoryview(b"")
-        self._index: dict[FileKey, tuple[int, int]] | None = None
+        self._index: _Index | None = None
         self._new: dict[FileKey, bytes] = {}
 
     @property
@@ -124,7 +125,9 @@ class ParseCache:
         """Write the entries of `used` as the new pack, if this run parsed any new file."""
         if not self._new:
             return
-        index, blobs, offset = {}, [], 0
+        index: _Index = {}
+        blobs: list[bytes | memoryview] = []
+        offset = 0
         for key in sorted(used):
             blob = self._blob(key)
             if blob is not None:
@@ -205,9 +208,6 @@ def _loads(data: bytes | memoryview) -> Any:
 
 
 # --- packs --------------------------------------------------------------------------------
-
-
-_Index = dict[FileKey, tuple[int, int]]
 
 
 def _read_pack(path: Path, key: str) -> tuple[_Index, memoryview]:
