@@ -316,3 +316,18 @@ def test_a_file_read_piece_by_piece_keeps_its_lines(example_copy: Path, cache: P
     parses.clear()
     assert _run(example_copy) == first
     assert parses == []
+
+
+def test_reconcile_once_reads_and_writes_it(tmp_path: Path, cache: Path,
+                                            parses: list[str]) -> None:
+    """Even a revision that does not validate (refused before any backend is read)."""
+    repo = tmp_path / "repo"
+    shutil.copytree(BROKEN / "subnet-overlap", repo)
+    args = ["reconcile", "--once", "--path", str(repo), "--state-dir", str(tmp_path / "state")]
+    assert main(args) == 1
+    assert len(parses) == _files(repo)
+    parses.clear()
+    assert main(args) == 1
+    assert parses == []
+    assert main([*args, "--no-cache"]) == 1
+    assert len(parses) == _files(repo)
