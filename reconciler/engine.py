@@ -128,7 +128,7 @@ def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
             observed = [o for name in sorted(observations) for o in observations[name].objects]
             outcome.desired = options.render(head, observed_allocations([*observed, *hints]),
                                              sorted(managers))
-        full = plan_live(head, managers, observations, inputs, hints, outcome.desired,
+        full = plan_live(head, managers, observations, inputs, outcome.desired,
                          options.owners)
         full.diagnostics += [d for d in head.diagnostics if not d.is_error]
         plan = restrict_to(full, full.drift_ids) if options.refresh_only else full

@@ -31,7 +31,6 @@ from .objects import (
     content_hash,
     immutable_tag,
     index_objects,
-    observed_allocations,
 )
 from .plan import (
     Plan,
@@ -293,20 +292,16 @@ def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, A
 
 def plan_live(head: Validation, managers: dict[str, Manager],
               observations: Mapping[str, Observation], inputs: dict[str, Any],
-              hints: Iterable[BackendObject] = (), rendered: Desired | None = None,
-              owners: frozenset[str] | None = None) -> Plan:
-    """Against the backends: `observations` are what the managers' sessions found.
+              desired: Desired, owners: frozenset[str] | None = None) -> Plan:
+    """Against the backends: `observations` are what the managers' sessions found, and
+    `desired` the revision rendered with the allocations they record (engine.run).
 
     When the desired state is the one a manager last applied (the digest it recorded),
-    every difference is drift. `hints` are objects of other managers, read only for the
-    allocations they record. `rendered`: the desired state, already rendered with the
-    allocations the backends hold (the reconcile daemon's cache, `RenderedCache`).
-    `owners`: plan only the objects of these resources (the daemon's targeted plan, when
-    only they changed in the backends); the observations then hold only theirs.
+    every difference is drift. `owners`: plan only the objects of these resources (the
+    daemon's targeted plan, when only they changed in the backends); the observations
+    then hold only theirs.
     """
     observed = [obj for name in sorted(observations) for obj in observations[name].objects]
-    desired = rendered or render_desired(head, observed_allocations([*observed, *hints]),
-                                         only=list(managers))
     describe = desired.describer()
     prune = bool(desired.model.config.prune)
     wanted = desired.objects if owners is None else [o for o in desired.objects

@@ -343,10 +343,8 @@ def _foreign_inside(ours: dict[str, list[dict[str, Any]]], holding: dict[str, di
 def _observe(db: Any, ours: dict[str, list[dict[str, Any]]],
              names: dict[str, list[dict[str, Any]]], manager: str,
              keys: tuple[dict[str, str], dict[str, tuple[str, str]]],
-             inside: dict[str, list[tuple[str, str]]], described: dict[str, str],
-             owners: frozenset[str] | None = None) -> OvnObservation:
-    """Backend objects from the rows of a `select` (OVSDB's JSON, decoded here); only
-    those of `owners`, when given (the others' rows still give parents and keys)."""
+             inside: dict[str, list[tuple[str, str]]], described: dict[str, str]) -> OvnObservation:
+    """Backend objects from the rows of a `select` (OVSDB's JSON, decoded here)."""
     key_of, uuids = keys
     parent_of: dict[str, tuple[str, str]] = {}
     for table, columns in PARENT_COLUMNS.items():
@@ -360,8 +358,7 @@ def _observe(db: Any, ours: dict[str, list[dict[str, Any]]],
                       if child_table not in NAMED_TABLES)
     objects = [_object(db, table, row, key_of, parent_of, manager,
                        tuple(sorted(described[c] for _t, c in inside.get(row["_uuid"][1], ()))))
-               for table in sorted(ours) for row in ours[table] if row["_uuid"][1] in key_of
-               and (owners is None or _tag(row, TAG_OWNER) in owners)]
+               for table in sorted(ours) for row in ours[table] if row["_uuid"][1] in key_of]
     foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
     return OvnObservation(objects, None, manager, foreign, children, uuids)
 
