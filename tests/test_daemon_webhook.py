@@ -8,6 +8,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
+import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +19,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
+
+from reconciler.daemon.endpoints import listen
+from reconciler.daemon.metrics import PORT_FILE, Metrics
 
 from .support.gitops import add_instance, commit_all, git, ovn_only_repo
 from .test_gitops_daemon import (
@@ -130,3 +139,78 @@ def _daemon(cwd: Path, state: Path, *source: str, secret: bool
                             "0", "--metrics-address", "127.0.0.1", "--state-dir", str(state),
                             *hook, name="daemon", env={"UNET_TEST_HOOK": SECRET.decode()})
     return proc, err
+
+
+_CLIENT = r"""
+import json, sys, time, urllib.error, urllib.request
+port, signature, body = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode()
+time.sleep(0.5)  # the daemon is busy by now
+answers = {}
+for name, request in (
+        ("healthz", urllib.request.Request(f"http://127.0.0.1:{port}/healthz")),
+        ("webhook", urllib.request.Request(
+            f"http://127.0.0.1:{port}/hooks/git", data=body, method="POST",
+            headers={"X-GitHub-Event": "push", "X-Hub-Signature-256": signature}))):
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
+            answers[name] = [response.status, time.monotonic() - started]
+    except Exception as exc:
+        answers[name] = [repr(exc), time.monotonic() - started]
+print(json.dumps(answers))
+"""
+
+
+def _hold_the_interpreter_lock(seconds: float) -> float:
+    """Long C-level work that never lets other threads run (as decoding a huge reply or a
+    full collection of a big heap does): a regular expression that backtracks, sized to
+    last at least `seconds`."""
+    start = time.monotonic()
+    re.match(r"(a+)+$", "a" * 20 + "b")  # each further "a" doubles the time
+    unit = max(time.monotonic() - start, 1e-3)
+    n = 21 + max(0, math.ceil(math.log2(seconds / unit)))  # one more: a busy machine
+    start = time.monotonic()
+    re.match(r"(a+)+$", "a" * n + "b")
+    return time.monotonic() - start
+
+
+def test_health_and_webhooks_are_answered_while_the_daemon_is_busy(tmp_path: Path) -> None:
+    """GitHub gives a webhook 10 s and a kubelet's liveness probe 1 s; a daemon run at
+    thousands of tenants holds Python's lock for longer than that at a time. The
+    endpoints must not wait for it, and the push still wakes the daemon once it is free."""
+    metrics = Metrics()
+    endpoints = listen(metrics, "127.0.0.1", 0, tmp_path, SECRET)
+    port = int((tmp_path / PORT_FILE).read_text())
+    body = b'{"ref": "refs/heads/main"}'
+    try:
+        client = subprocess.Popen([sys.executable, "-c", _CLIENT, str(port), _signed(body),
+                                   body.decode()], stdout=subprocess.PIPE, text=True)
+        held = _hold_the_interpreter_lock(3.0)
+        out, _ = client.communicate(timeout=30)
+        answers = json.loads(out)
+        assert held >= 3.0, f"the lock was held {held:.1f} s only: the test proves nothing"
+        assert answers["healthz"][0] == 200, answers
+        assert answers["webhook"][0] == 202, answers
+        assert endpoints.wake.wait(5), "the webhook woke the daemon once it was free"
+    finally:
+        endpoints.close()
+
+
+def test_the_daemon_stops_with_a_reason_when_its_endpoints_process_ends(tmp_path: Path) -> None:
+    """A daemon whose /healthz nobody answers any more is of no use behind a liveness
+    probe: it says why and stops, so that its supervisor starts it again whole."""
+    work, state = ovn_only_repo(tmp_path / "work"), tmp_path / "state"
+    proc, err = _daemon(tmp_path, state, "--path", str(work), secret=True)
+    with stopped_at_end(proc):
+        port = metrics_port(state, proc, err)
+        _first_run_done(state, proc, err)
+        children = [int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+                    .read_text().split()
+                    if b"reconciler.daemon.endpoints" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(children) == 1, "the endpoints are served by a process of their own"
+        os.kill(children[0], signal.SIGKILL)
+        assert proc.wait(timeout=30) == 1
+        assert "the process serving /metrics, /healthz and the webhook ended" in err.read_text()
+        assert "Traceback" not in err.read_text()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()

@@ -10,7 +10,7 @@ good revision is reconciled instead and the run is reported as `invalid`.
 
 Every run is logged as one JSON line on standard error (report.py), kept in the run
 history (history.py) and, for the daemon, reflected in Prometheus metrics served with
-/healthz and /readyz (metrics.py).
+/healthz and /readyz (metrics.py, endpoints.py).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from .. import heap
 from ..errors import EXIT_OK, UnetError
 from ..load import DEFAULT_MAX_FILE_BYTES
 from .election import ACTIVE, Election
+from .endpoints import listen
 from .history import (
     APPLIED,
     DEFAULT_STATE_DIR,
@@ -51,7 +52,7 @@ from .history import (
     write_atomic,
 )
 from .incremental import Incremental
-from .metrics import DEFAULT_METRICS_PORT, Metrics, listen
+from .metrics import DEFAULT_METRICS_PORT, Metrics
 from .report import exit_code, github_outputs, headline, log_line, markdown_report
 from .watching import Watches
 
@@ -372,15 +373,15 @@ def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> i
     from ..plan_render import render_text
     from ..report import use_colour
 
-    metrics = server = None
+    metrics, endpoints = Metrics(), None
     if serving.metrics_port is not None:
-        metrics = Metrics()
-        server = listen(metrics, serving.metrics_address, serving.metrics_port,
-                        reconciler.state_dir)
+        endpoints = listen(metrics, serving.metrics_address, serving.metrics_port,
+                           reconciler.state_dir)
     try:
         run = reconciler.run_once()
-        if metrics is not None:
+        if endpoints is not None:
             metrics.observe(run)
+            endpoints.publish(metrics)
         log_line(run)
         if reconciler.last_plan_has_changes:
             sys.stdout.write(render_text(reconciler.last_plan, use_colour(sys.stdout)) + "\n")
@@ -392,9 +393,8 @@ def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> i
             github_outputs(run, os.environ["GITHUB_OUTPUT"])
         return exit_code(run, detailed_exitcode)
     finally:
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        if endpoints is not None:
+            endpoints.close()
 
 
 def serve(reconciler: Reconciler, serving: Serving) -> int:
@@ -407,25 +407,29 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     reconciler.state_dir.mkdir(parents=True, exist_ok=True)
     metrics = Metrics()
-    metrics.webhook_secret = serving.webhook_secret
     port = DEFAULT_METRICS_PORT if serving.metrics_port is None else serving.metrics_port
-    server = listen(metrics, serving.metrics_address, port, reconciler.state_dir)
+    endpoints = listen(metrics, serving.metrics_address, port, reconciler.state_dir,
+                       serving.webhook_secret)
     options = reconciler.options
     sys.stderr.write(json.dumps({"ts": now(), "event": "start",
                                  "source": options.repo or str(options.path),
                                  "branch": options.branch if options.repo else None,
                                  "interval": serving.interval,
-                                 "metrics_port": server.server_address[1],
+                                 "metrics_port": endpoints.port,
                                  "state_dir": str(reconciler.state_dir)}) + "\n")
     sys.stderr.flush()
     try:
         while not stop.is_set():
+            if endpoints.lost.is_set():
+                raise UnetError("the process serving /metrics, /healthz and the webhook "
+                                "ended: stopping, so that the daemon is started again whole")
             run = reconciler.run_once()
             metrics.observe(run, reconciler.election)
+            endpoints.publish(metrics)
             log_line(run)
             heap.after_run(young_only=not reconciler.incremental.built)
             delay = serving.interval * (1 + random.uniform(-serving.jitter, serving.jitter))
-            wakes = [metrics.wake] + ([reconciler.election.became_active]
+            wakes = [endpoints.wake] + ([reconciler.election.became_active]
                                       if reconciler.election is not None else []) \
                 + ([reconciler.watches.wake] if reconciler.watches is not None else [])
             _wait(stop, wakes, max(delay, 0.0))
@@ -434,8 +438,7 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
             reconciler.election.stop()
         if reconciler.watches is not None:
             reconciler.watches.close()
-        server.shutdown()
-        server.server_close()
+        endpoints.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sys.stderr.write(json.dumps({"ts": now(), "event": "stop"}) + "\n")

@@ -1,16 +1,12 @@
-"""Prometheus metrics of the runs, with /healthz and /readyz, on a thread of their own."""
+"""Prometheus metrics of the runs and the daemon's readiness, which the endpoints' process
+(endpoints.py) serves."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from ..errors import UnetError
-from . import webhook
-from .history import APPLIED, DRIFT, ERROR, LOCKED, OK, RESULTS, STANDBY, Run, write_atomic
+from .history import APPLIED, DRIFT, ERROR, LOCKED, OK, RESULTS, STANDBY, Run
 
 DEFAULT_METRICS_PORT = 9610
 PORT_FILE = "metrics.port"
@@ -60,10 +56,6 @@ class Metrics:
         self.active = Gauge(p + "active", "1: this replica is active (applies); 0: it stands "
                             "by (another replica is active)", registry=registry)
         self.active.set(1)
-        self.webhooks = Counter(p + "webhooks", "Git webhooks received, by result "
-                                "(triggered, refused, ping)", ["result"], registry=registry)
-        self.wake = threading.Event()  # a verified webhook: run now
-        self.webhook_secret: bytes | None = None  # None: no webhook endpoint
         self.ready = False
         self.role = "active"  # one replica alone is active; with --replicas, elected
         self.last = "none"
@@ -111,71 +103,3 @@ class Metrics:
     def readiness(self) -> dict[str, Any]:
         return {"ready": self.ready, "role": self.role, "last_result": self.last,
                 "last_good_revision": self.good}
-
-
-def serve_metrics(metrics: Metrics, address: str, port: int) -> Any:
-    """/metrics, /healthz (the process is alive) and /readyz on a thread; returns the server."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._send(200, b"ok\n", "text/plain")
-            elif path == "/readyz":
-                body = json.dumps(metrics.readiness()).encode() + b"\n"
-                self._send(200 if metrics.ready else 503, body, "application/json")
-            else:
-                self._send(404, b"not found: try /metrics, /healthz or /readyz\n", "text/plain")
-
-        def do_POST(self) -> None:
-            if self.path.split("?", 1)[0] != webhook.PATH or metrics.webhook_secret is None:
-                self._send(404, b"not found\n", "text/plain")
-                return
-            text = self.headers.get("Content-Length") or "0"
-            length = int(text) if text.isdigit() else -1
-            if not 0 <= length <= webhook.MAX_BODY:
-                self._send(413 if length > 0 else 400, b"a body of up to 1 MiB, with its "
-                           b"Content-Length\n", "text/plain")
-                return
-            body = self.rfile.read(length)
-            if not webhook.verified(metrics.webhook_secret, body,
-                                    self.headers.get(webhook.SIGNATURE_HEADER)):
-                metrics.webhooks.labels("refused").inc()
-                self._send(401, b"signature missing or wrong\n", "text/plain")
-            elif self.headers.get("X-GitHub-Event") == "ping":
-                metrics.webhooks.labels("ping").inc()
-                self._send(200, b"pong\n", "text/plain")
-            else:
-                metrics.webhooks.labels("triggered").inc()
-                metrics.wake.set()
-                self._send(202, b"fetching\n", "text/plain")
-
-        def _send(self, status: int, body: bytes, kind: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # requests are not worth a log line each
-
-    server = ThreadingHTTPServer((address, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="unet-metrics", daemon=True).start()
-    return server
-
-
-def listen(metrics: Metrics, address: str, port: int, state_dir: Path) -> Any:
-    """Serve on `port` (0: any free one, written to PORT_FILE in the state dir)."""
-    try:
-        server = serve_metrics(metrics, address, port)
-    except OSError as exc:
-        raise UnetError(f"cannot listen on {address}:{port}: {exc.strerror}") from exc
-    write_atomic(state_dir / PORT_FILE, f"{server.server_address[1]}\n")
-    return server
