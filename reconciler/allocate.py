@@ -23,6 +23,7 @@ from typing import Any
 import netaddr
 
 from .check.context import AddressSpace
+from .check.netutil import address as parse_address
 from .load import Path_
 from .model import Model
 from .models import segment_of
@@ -298,7 +299,7 @@ class _Allocator:
                 held[value] = key  # kept here, wherever it was recorded
                 self._keep(key, seen, subnet.ref)
         for key, fixed, manifest, path in claims:
-            address = netaddr.IPAddress(fixed)
+            address = parse_address(fixed)
             self._claim(key, int(address), held, str(address), manifest, path)
             taken.add(int(address))
             self._keep(key, str(address), subnet.ref)
@@ -360,7 +361,7 @@ class _Allocator:
                 held[value] = key
                 self._keep(key, str(netaddr.IPAddress(value, version)))
         for key, eip in fixed.items():
-            address = netaddr.IPAddress(eip.obj.spec.address)
+            address = parse_address(eip.obj.spec.address)
             self._claim(key, int(address), held, str(address), eip, ("spec", "address"))
             taken.add(int(address))
             self._keep(key, str(address))

@@ -22,11 +22,17 @@ class Model:
         whole revision, for what tenants share (segment ids, external pools)."""
         self.ctx = ctx
         self.tenants = tenants
-        self.full = self if tenants is None else Model(ctx)
+        self._full = None if tenants is None else Model(ctx)
         self._by_kind: dict[str, list[Manifest]] = {}
         #: k8s manager → the physical network its hosting clusters bridge subnets onto
         #: (the managers' own word; the pipeline fills it in)
         self.physical_networks: dict[str, str] = {}
+
+    @property
+    def full(self) -> Model:
+        """The whole revision (a property: a model holding itself would be a reference
+        cycle, freed only by the cyclic collector)."""
+        return self if self._full is None else self._full
 
     # plain look-ups ---------------------------------------------------------------------------
     def kind(self, kind: str) -> list[Manifest]:

@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import tenacity
 
@@ -38,6 +38,8 @@ from managers.base import BackendLocked
 from reconciler.errors import UnetError
 
 from .rpc import ConnectionLost, Rpc, Unreachable
+
+T = TypeVar("T")
 
 LOCK_HOLDER_TAG = "unet:lock-holder:"
 GENERATION_TAG = "unet:generation:"
@@ -148,9 +150,9 @@ class Fence:
                 raise
 
         try:  # again after a lost connection; not when no server (or leader) can be reached
-            granted = tenacity.Retrying(
-                stop=tenacity.stop_after_delay(timeout), wait=tenacity.wait_fixed(0.2),
-                retry=tenacity.retry_if_exception(_lost))(take)
+            granted = _retried(take, stop=tenacity.stop_after_delay(timeout),
+                               wait=tenacity.wait_fixed(0.2),
+                               retry=tenacity.retry_if_exception(_lost))
         except tenacity.RetryError as exc:
             cause = exc.last_attempt.exception()
             raise OvnError(f"cannot take the lock {self.name}: {cause}") from cause
@@ -260,11 +262,10 @@ class Fence:
             return tags
 
         try:  # the server may be restarting: again every 0.2 s, up to the lock timeout
-            tags = tenacity.Retrying(
-                stop=tenacity.stop_after_delay(self.lock_timeout),
-                wait=tenacity.wait_fixed(0.2),
-                retry=tenacity.retry_if_exception_type((ConnectionLost, OvnError))
-                & tenacity.retry_if_not_exception_type(LockTimeout))(relock)
+            tags = _retried(relock, stop=tenacity.stop_after_delay(self.lock_timeout),
+                            wait=tenacity.wait_fixed(0.2),
+                            retry=tenacity.retry_if_exception_type((ConnectionLost, OvnError))
+                            & tenacity.retry_if_not_exception_type(LockTimeout))
         except tenacity.RetryError as exc:
             cause = exc.last_attempt.exception()
             raise OvnError(f"lost the connection to the Northbound database and could not "
@@ -304,3 +305,14 @@ def _set_tags(row: str | None, tags: dict[str, str | None]) -> dict[str, Any]:
 
 def _token() -> str:
     return uuid.uuid4().hex
+
+
+def _retried(fn: Callable[[], T], **conditions: Any) -> T:
+    """`tenacity.Retrying(**conditions)(fn)`, and the Retrying let go of afterwards: its
+    per-thread state lists its own bound methods, a reference cycle that would keep `fn`
+    (and through it this fence and its connection) alive until the cyclic collector ran."""
+    retrying = tenacity.Retrying(**conditions)
+    try:
+        return retrying(fn)
+    finally:
+        retrying.iter_state.reset()

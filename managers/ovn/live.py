@@ -95,6 +95,7 @@ class Northbound:
     def close(self) -> None:
         for fence in self.fences.values():
             fence.close()
+        self.fences.clear()  # each holds self._connect: a cycle, were they kept
         if self._first is not None:
             self._first.close()
 
