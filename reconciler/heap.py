@@ -10,13 +10,14 @@ it switches the collector off when it starts (`cli.entry`);
 - a one-shot command leaves it off: the little cyclic garbage of one run goes with the
   process, and what is alive at exit is frozen, so that the collection the interpreter
   makes while shutting down does not scan it all once more;
-- the daemon collects once after each run: that run's cyclic garbage is freed before the
-  next one begins, and nothing is frozen, so nothing a run built is kept for good. A
-  watching daemon keeps a replica of the backends and the desired state between runs,
-  millions of objects that a full collection would scan after every run (3 s at a
-  thousand tenants): after a run that only planned a few owners it collects the young
-  generations (what that run allocated), and a full collection follows any run that
-  validated or rendered (whose garbage may have lived long enough to grow old).
+- the daemon collects after each run, and freezes nothing, so nothing a run built is kept
+  for good. A run builds no reference cycles of its own (tests/test_daemon_heap.py
+  holds it to that): what it lets go of is freed at once, and the collection finds only
+  the libraries' few cycles. So the daemon collects only the young generations (what was
+  allocated since the last collection) after a run, and the whole heap after a run that
+  planned everything (the first, each resync, a reload): a full collection scans the
+  replica and the desired state a watching daemon keeps between runs, seconds of CPU at
+  a thousand tenants, while a young one costs what the run allocated.
 """
 
 from __future__ import annotations

@@ -41,14 +41,6 @@ class Incremental:
         self.validated: dict[str, Any] = {}  # files digest → Validation, the last two
         self.since: Since | None = None  # what the last run left, for the next to build on
         self.key_memo: tuple[tuple[str, str, Any], str] | None = None
-        self.built = True  # the last run validated or rendered (heap.after_run)
-        self._renders = 0
-
-    def start_run(self) -> None:
-        self.built, self._renders = False, self.rendered.renders
-
-    def end_run(self, full: bool) -> None:
-        self.built = self.built or full or self.rendered.renders != self._renders
 
     def validate(self, folder: Path, rev: str | None, max_file_size: int, parsed: Any
                  ) -> tuple[str, Any]:
@@ -62,7 +54,6 @@ class Incremental:
             return "", validate_files(iter(items), max_file_size, parsed)
         files = inputs_digest(items, max_file_size)
         if files not in self.validated:
-            self.built = True
             self.validated = {key: value for key, value in self.validated.items()
                               if key == (self.since.files if self.since else None)}
             self.validated[files] = validate_files(iter(items), max_file_size, parsed)

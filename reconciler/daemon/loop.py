@@ -123,7 +123,6 @@ class Reconciler:
 
     def run_once(self) -> Run:
         started = time.monotonic()
-        self.incremental.start_run()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         run = Run(started=now(), source=self.options.repo or str(self.options.path),
                   branch=self.options.branch if self.options.repo else None)
@@ -140,7 +139,6 @@ class Reconciler:
                     traceback.print_exc()
         if self.parsed is not None:
             self.parsed.forget_unused()  # what this run's revisions no longer hold
-        self.incremental.end_run(run.scope == "full")
         run.duration = round(time.monotonic() - started, 3)
         append_history(self.state_dir, run, self.options.history_size)
         return run
@@ -427,7 +425,7 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
             metrics.observe(run, reconciler.election)
             endpoints.publish(metrics)
             log_line(run)
-            heap.after_run(young_only=not reconciler.incremental.built)
+            heap.after_run(young_only=run.scope != "full")
             delay = serving.interval * (1 + random.uniform(-serving.jitter, serving.jitter))
             wakes = [endpoints.wake] + ([reconciler.election.became_active]
                                       if reconciler.election is not None else []) \
