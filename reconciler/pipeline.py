@@ -579,9 +579,14 @@ class RenderedCache:
 
 
 def rendered_key(files: str, managers: Mapping[str, Manager],
-                 held: Mapping[str, Held]) -> str:
+                 held: Mapping[str, Held], allocations: str | None = None) -> str:
     """The key of a rendered desired state (RenderedCache): `files` is the digest of the
-    revision's files and of unet itself (cache.inputs_digest)."""
+    revision's files and of unet itself (cache.inputs_digest); `allocations`, that of
+    `held` when the caller has it already."""
     configs = {name: m.config.model_dump(mode="json") for name, m in sorted(managers.items())}
-    allocations = sorted((key, h.value, h.scope or "") for key, h in held.items())
-    return content_hash([files, configs, allocations])
+    return content_hash([files, configs, allocations or allocations_digest(held)])
+
+
+def allocations_digest(held: Mapping[str, Held]) -> str:
+    """Of every recorded allocation, value and scope (a part of `rendered_key`)."""
+    return content_hash(sorted((key, h.value, h.scope or "") for key, h in held.items()))
