@@ -24,7 +24,7 @@ the replica (`sync`).
 from __future__ import annotations
 
 import dataclasses
-import sys
+import json
 import threading
 import time
 from collections.abc import Iterable
@@ -73,7 +73,9 @@ class OvnWatch(Watch):
         self.installation = installation
         self.manager = manager
         self.applied_tag = applied_tag
-        self.rows: dict[str, dict[str, Row]] = {table: {} for table in MANAGED_COLUMNS}
+        # Each row as its JSON text, decoded when read: as decoded objects the replica
+        # was the daemon's largest part (565 MiB at 1,000 tenants, against 150 MiB).
+        self.rows: dict[str, dict[str, str]] = {table: {} for table in MANAGED_COLUMNS}
         self.others: dict[str, dict[str, str]] = {table: {} for table in NAMED_TABLES}
         self.global_ids: dict[str, str] = {}
         self.last_txn = _ZERO_TXN
@@ -156,7 +158,7 @@ class OvnWatch(Watch):
             wanted = [(table, uuid) for table, rows in self.rows.items() for uuid in rows] \
                 if owners is None else sorted({place for owner in owners
                                                for place in index.owned.get(owner, ())})
-            rows = [(table, self.rows[table][uuid]) for table, uuid in wanted]
+            rows = [(table, _decoded(self.rows[table][uuid])) for table, uuid in wanted]
             inside = index.foreign_inside(rows, self.nb.holding)
             parent_of = index.parents([uuid for _table, uuid in wanted])
             objects = [_object(self.nb.db, table, row, index.key_of, parent_of, self.manager, ())
@@ -254,12 +256,13 @@ class OvnWatch(Watch):
         for table, rows in updates.items():
             held = self.rows[table]
             for uuid, update in rows.items():
-                before = held.get(uuid)
+                text = held.get(uuid)
+                before = _decoded(text) if text is not None else None
                 after = self._updated(table, uuid, before, update)
                 if after is None:
                     held.pop(uuid, None)
                 else:
-                    held[uuid] = after
+                    held[uuid] = _encoded(after)
                 self._index.update(table, uuid, before, after)
                 for row in (before, after):
                     if row is not None:
@@ -271,16 +274,14 @@ class OvnWatch(Watch):
             return None
         new = _new_row(update)
         if new is not None:
-            return {**self._defaults[table], **{column: _compact(value)
-                                                 for column, value in new.items()},
-                    "_uuid": ["uuid", uuid]}
+            return {**self._defaults[table], **new, "_uuid": ["uuid", uuid]}
         if before is None:  # a change to a row never seen: only a full plan can tell
             self._everything = True
             return None
         row = dict(before)
         columns = self.nb.db.tables[table].columns
         for column, diff in update.get("modify", {}).items():
-            row[column] = _compact(_patched(row[column], diff, columns[column].type))
+            row[column] = _patched(row[column], diff, columns[column].type)
         return row
 
     def _apply_others(self, updates: dict[str, Any]) -> None:
@@ -359,10 +360,10 @@ class _Index:
             for child in new - gone:
                 self.parent_of[child] = (uuid, column)
 
-    def rebuild(self, rows: dict[str, dict[str, Row]]) -> None:
+    def rebuild(self, rows: dict[str, dict[str, str]]) -> None:
         """Keys as a read of every row gives them (live._keys: the first by UUID keeps a
         key two rows claim)."""
-        self.key_of, self.uuids = _keys({table: list(found.values())
+        self.key_of, self.uuids = _keys({table: [_decoded(text) for text in found.values()]
                                          for table, found in rows.items()})
         self.stale = False
         self.version += 1
@@ -421,21 +422,12 @@ def _default(kind: Any) -> Any:
 _SCALAR_DEFAULTS: dict[str, Any] = {"integer": 0, "real": 0.0, "boolean": False, "string": ""}
 
 
-_EMPTY_SET: list[Any] = ["set", []]  # shared: values are replaced, never changed in place
+def _encoded(row: Row) -> str:
+    return json.dumps(row, separators=(",", ":"))
 
 
-def _compact(value: Any) -> Any:
-    """A column value held once: its short strings interned (the same tags, names and
-    markers recur on every row), an empty set shared. The replica is the daemon's
-    largest part (600 MiB of rows as JSON decodes them, at 1,000 tenants)."""
-    if isinstance(value, str):
-        return sys.intern(value) if len(value) <= 80 else value
-    if isinstance(value, list):  # as decoded for the replica alone: changed in place
-        if len(value) == 2 and value[0] == "set" and not value[1]:
-            return _EMPTY_SET
-        for index, item in enumerate(value):
-            value[index] = _compact(item)
-    return value
+def _decoded(text: str) -> Row:
+    return json.loads(text)  # type: ignore[no-any-return]
 
 
 def _new_row(update: dict[str, Any]) -> Row | None:

@@ -212,7 +212,8 @@ def main() -> None:
     states, until stdin ends."""
     from http.server import ThreadingHTTPServer
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when this ends
+    for sig in (signal.SIGINT, signal.SIGTERM):  # the daemon decides when this ends: when
+        signal.signal(sig, signal.SIG_IGN)       # it stops, whatever stopped it
     config = json.loads(sys.stdin.buffer.readline())
     secret = bytes.fromhex(config["secret"]) if config["secret"] is not None else None
     served = _Served(secret)
