@@ -74,7 +74,7 @@ class OvnWatch(Watch):
         self.manager = manager
         self.applied_tag = applied_tag
         # Each row as its JSON text, decoded when read: as decoded objects the replica
-        # was the daemon's largest part (565 MiB at 1,000 tenants, against 150 MiB).
+        # was the daemon's largest part (565 MiB at 1,000 tenants).
         self.rows: dict[str, dict[str, str]] = {table: {} for table in MANAGED_COLUMNS}
         self.others: dict[str, dict[str, str]] = {table: {} for table in NAMED_TABLES}
         self.global_ids: dict[str, str] = {}
