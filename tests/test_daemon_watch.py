@@ -89,14 +89,24 @@ def test_the_replica_is_what_a_full_read_finds_and_follows_every_edit(
                   "add", "Logical_Switch_Port", port, "addresses", "dynamic")
             nbctl(nb.nb_remote, "ls-add", "ls-of-others", "--", "lsp-add", "ls-of-others",
                   "theirs")  # not ours: no plan
+            switch, group = (_ours(nb.nb_remote, table, "name")[0]
+                             for table in ("Logical_Switch", "Port_Group"))
+            nbctl(nb.nb_remote, "lsp-add", switch, "an-operators-port", "--",
+                  "--type=port-group", "acl-add", group, "to-lport", "999",
+                  f"outport == @{group}", "drop")  # others' rows inside ours
             read = session.observe()
             kept = watch.observe()
             assert {o.uid: o for o in kept.objects} == {o.uid: o for o in read.objects}
+            assert {o.uid: o.holds for o in kept.objects if o.holds} == {
+                o.uid: o.holds for o in read.objects if o.holds} != {}
+            assert kept.foreign_children == read.foreign_children != []
             assert kept.uuids == read.uuids and kept.foreign_names == read.foreign_names
             assert kept.applied_digest == read.applied_digest
             assert watch.held() == observed_allocations(read.objects)
             changed = watch.take_changes()
-            assert changed and len(changed) == 2, changed
+            assert changed == {_owner(nb.nb_remote, table, row) for table, row in (
+                ("ACL", acl), ("Logical_Switch_Port", port), ("Logical_Switch", switch),
+                ("Port_Group", group))}, changed
             targeted = watch.observe(changed)
             assert {o.owner for o in targeted.objects} == set(changed)
             assert {o.uid: o for o in targeted.objects} == {
@@ -279,6 +289,15 @@ def test_the_rendered_cache_key_holds_every_input(tmp_path: Path,
     assert key(held={"a": Held("10.0.0.5", "t")}) != after, "an allocation's scope"
     assert key(held={}) != after, "an allocation released"
     assert key(only=[]) != after, "the managers of the run"
+
+
+def _owner(remote: str, table: str, row: str) -> str:
+    return nbctl(remote, "get", table, row, 'external_ids:"unet:owner"').strip().strip('"')
+
+
+def _ours(remote: str, table: str, column: str) -> list[str]:
+    return nbctl(remote, "--bare", f"--columns={column}", "find", table,
+                 "external_ids:unet\\:installation=example").split()
 
 
 def _vm_port(remote: str) -> str:

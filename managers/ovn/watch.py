@@ -158,11 +158,20 @@ class OvnWatch(Watch):
             wanted = [(table, uuid) for table, rows in self.rows.items() for uuid in rows] \
                 if owners is None else sorted({place for owner in owners
                                                for place in index.owned.get(owner, ())})
-            rows = [(table, _decoded(self.rows[table][uuid])) for table, uuid in wanted]
-            inside = index.foreign_inside(rows, self.nb.holding)
             parent_of = index.parents([uuid for _table, uuid in wanted])
-            objects = [_object(self.nb.db, table, row, index.key_of, parent_of, self.manager, ())
-                       for table, row in rows if row["_uuid"][1] in index.key_of]
+            objects, inside, children = [], {}, []
+            for table, uuid in wanted:  # one row decoded at a time: never all of them
+                row = _decoded(self.rows[table][uuid])
+                found = index.foreign_inside(table, row, self.nb.holding)
+                if found:
+                    inside[uuid] = found
+                    if table in PARENT_COLUMNS:
+                        children += [f"{child_table} {child} in {table} {row.get('name')}"
+                                     for child_table, child in found
+                                     if child_table not in NAMED_TABLES]
+                if uuid in index.key_of:
+                    objects.append(_object(self.nb.db, table, row, index.key_of, parent_of,
+                                           self.manager, ()))
             names = {table: set(found.values()) for table, found in self.others.items()
                      if found}
             uuids = dict(index.uuids)
@@ -172,11 +181,8 @@ class OvnWatch(Watch):
                                           {child for found in inside.values() for child in found})
             objects = [_with_holds(obj, inside.get(uuids[obj.key][1], ()), described)
                        for obj in objects]
-        children = sorted(f"{child_table} {child} in {table} {row.get('name')}"
-                          for table, row in rows if table in PARENT_COLUMNS
-                          for child_table, child in inside.get(row["_uuid"][1], ())
-                          if child_table not in NAMED_TABLES)
-        return OvnObservation(objects, applied or None, self.manager, names, children, uuids)
+        return OvnObservation(objects, applied or None, self.manager, names, sorted(children),
+                              uuids)
 
     # -- the thread -------------------------------------------------------------------------
     def _keep(self) -> None:
@@ -392,16 +398,11 @@ class _Index:
                 out[uuid] = (self.key_of[found[0]], found[1])
         return out
 
-    def foreign_inside(self, rows: list[tuple[str, Row]], holding: dict[str, dict[str, str]]
-                       ) -> dict[str, list[tuple[str, str]]]:
-        """UUID of each of these rows → the rows of others it holds, as (table, UUID)."""
-        out: dict[str, list[tuple[str, str]]] = {}
-        for table, row in rows:
-            for column, child_table in holding.get(table, {}).items():
-                for child in _atoms(row[column]):
-                    if child not in self.key_of:
-                        out.setdefault(row["_uuid"][1], []).append((child_table, child))
-        return out
+    def foreign_inside(self, table: str, row: Row, holding: dict[str, dict[str, str]]
+                       ) -> list[tuple[str, str]]:
+        """The rows of others this row holds, as (table, UUID)."""
+        return [(child_table, child) for column, child_table in holding.get(table, {}).items()
+                for child in _atoms(row[column]) if child not in self.key_of]
 
 
 def _with_holds(obj: BackendObject, inside: Iterable[tuple[str, str]],
