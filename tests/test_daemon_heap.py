@@ -68,8 +68,8 @@ def test_a_run_leaves_none_of_its_objects_to_the_cyclic_collector(
                                     workdir=tmp_path))
     reconciler.run_once()  # imports, and the libraries' one-time caches
     heap.after_run()
-    rules = repo / "tenants" / "acme" / "security-groups.yaml"
-    rules.write_text(rules.read_text().replace("cidr: 192.0.2.0/24", "cidr: 198.51.100.0/24"))
+    rules = repo / "tenants" / "acme" / "security-groups.yaml"  # SSH from an IPv6 office
+    rules.write_text(rules.read_text().replace("cidr: 192.0.2.0/24", "cidr: 2001:db8::/32"))
     assert reconciler.run_once().result == "applied"
     assert_no_cycles_of_ours()
 

@@ -24,6 +24,7 @@ import netaddr
 from managers.base import Exposure
 from reconciler.allocate import Allocations, ip_of_port, port_key, segment_key, vip_key
 from reconciler.bindings import AllocatedValues, binding_key, workload_binding
+from reconciler.check.netutil import network
 from reconciler.errors import UnetError
 from reconciler.model import Model
 from reconciler.models import immutable_values
@@ -197,13 +198,13 @@ class _Policies:
         cidrs = self.model.network_cidrs(self.tenant, self.vn)
         if 4 not in cidrs or not self.model.egress_closed(self.tenant, self.vn):
             return egress
-        inside = [netaddr.IPNetwork(c) for c in (
+        inside = [network(c) for c in (
             str(cidrs[4]), *self.model.routed_inside(self.tenant, self.vn))]
         out = []
         for rule in egress:
             peers: list[dict[str, Any]] = []
             for peer in rule["to"]:
-                net = netaddr.IPNetwork(peer["ipBlock"]["cidr"])
+                net = network(peer["ipBlock"]["cidr"])
                 cut = [net] if net.version == 6 or any(net in own for own in inside) else \
                     [own for own in inside if own in net]
                 peers += [{"ipBlock": {"cidr": str(n)}} for n in cut
@@ -218,7 +219,7 @@ class _Policies:
         if unrealisable(rule):
             return None  # POLICY_RULE_NOT_REALISED said so at validation
         if rule.cidr is not None:
-            if netaddr.IPNetwork(rule.cidr).version not in self.families:
+            if network(rule.cidr).version not in self.families:
                 return None
             peers = [{"ipBlock": {"cidr": rule.cidr}}]
         else:
@@ -251,8 +252,8 @@ class _Policies:
                 for alloc in keys:
                     value = self.values.get(alloc, alloc, self.unknown)
                     if value is not None:
-                        addresses.add(str(netaddr.IPNetwork(value).cidr))
-        return [{"ipBlock": {"cidr": a}} for a in sorted(addresses, key=netaddr.IPNetwork)]
+                        addresses.add(str(network(value).cidr))
+        return [{"ipBlock": {"cidr": a}} for a in sorted(addresses, key=network)]
 
     def _policy(self, name: str, selector: dict[str, Any], ingress: list[dict[str, Any]],
                 egress: list[dict[str, Any]], group: str | None = None) -> BackendObject:
@@ -350,7 +351,7 @@ def policy_exposure(obj: BackendObject, model: Model) -> Exposure | None:
             if cidr is None:
                 opened.append(f"{what} from pods the policy selects by label")
                 continue
-            source = netaddr.IPNetwork(cidr)
+            source = network(cidr)
             if any(source.version == n.version and source in n for n in cidrs):
                 continue
             world = " (anywhere)" if source.prefixlen == 0 else ""

@@ -27,6 +27,7 @@ from reconciler.allocate import (
     vip_key,
 )
 from reconciler.allocate import derived_mac as _derived_mac
+from reconciler.check.netutil import network as parse_network
 from reconciler.check.security import rule_families
 from reconciler.model import Model
 from reconciler.models import attachment_identity, segment_of
@@ -651,7 +652,7 @@ class _Rule:
         """How the rule opens the group to sources outside its network, if it does."""
         if self.cidr is None:
             return None
-        source = netaddr.IPNetwork(self.cidr)
+        source = parse_network(self.cidr)
         if any(source.version == n.version and source in n for n in network_cidrs):
             return None
         if self.protocol in ("tcp", "udp"):

@@ -44,6 +44,11 @@ def address(text: str) -> netaddr.IPAddress:
     return netaddr.IPAddress(text, family_of(text))
 
 
+def network(text: str) -> netaddr.IPNetwork:
+    """A CIDR (or an address, as a /32 or /128) validation accepted, as `address`."""
+    return netaddr.IPNetwork(text, version=family_of(text))
+
+
 def parse_cidr(
     ctx: Context,
     manifest: Manifest,
