@@ -13,7 +13,7 @@ from .context import Context, Path_
 T = TypeVar("T")
 
 _RESERVED = [
-    (netaddr.IPNetwork(cidr), what)
+    (netaddr.IPNetwork(cidr, version=6 if ":" in cidr else 4), what)
     for cidr, what in (
         ("0.0.0.0/8", "unspecified"),
         ("127.0.0.0/8", "loopback"),
@@ -42,6 +42,11 @@ def family_of(text: str) -> int:
 def address(text: str) -> netaddr.IPAddress:
     """An address validation accepted (family_of says why it is told its family)."""
     return netaddr.IPAddress(text, family_of(text))
+
+
+def is_address(text: str) -> bool:
+    """An IPv4 or IPv6 address, its family tried first (see family_of)."""
+    return bool(netaddr.valid_ipv6(text) if family_of(text) == 6 else netaddr.valid_ipv4(text))
 
 
 def network(text: str) -> netaddr.IPNetwork:

@@ -12,7 +12,16 @@ from ..models import Capability
 from ..schema import Manifest
 from .classes import class_of_network, require
 from .context import AddressSpace, Context, Path_
-from .netutil import family_name, first_host, overlaps, parse_cidr, parse_ip, reserved_ends
+from .netutil import address as parse_address
+from .netutil import (
+    family_name,
+    first_host,
+    is_address,
+    overlaps,
+    parse_cidr,
+    parse_ip,
+    reserved_ends,
+)
 
 _FAMILY_FIELDS = ((4, "ipv4Cidr", "ipv4_cidr"), (6, "ipv6Cidr", "ipv6_cidr"))
 
@@ -323,8 +332,8 @@ def _reserve_provider_hosts(spec: Any, spaces: dict[int, AddressSpace]) -> None:
         if space.net.size > 2:
             space.reserved.add(int(first_host(space.net)))
         for text in hosts:
-            if netaddr.valid_ipv4(text) or netaddr.valid_ipv6(text):
-                address = netaddr.IPAddress(text)
+            if is_address(text):
+                address = parse_address(text)
                 if address.version == version and address in space.net:
                     space.reserved.add(int(address))
 

@@ -11,7 +11,8 @@ from ..models import Capability
 from ..schema import Manifest
 from .classes import plugin_of, require
 from .context import Context, Path_
-from .netutil import family_name, parse_cidr, parse_ip
+from .netutil import address as parse_address
+from .netutil import family_name, is_address, parse_cidr, parse_ip
 from .security import resolve_group
 
 _CAPABILITY = {
@@ -168,10 +169,10 @@ def _provider_fixed_values_allowed(ctx: Context, workload: Manifest, path: Path_
     for version, field in ((4, "ipAddress"), (6, "ipv6Address")):
         text = attachment.ip_address if version == 4 else attachment.ipv6_address
         space = spaces.get(version)
-        valid = text is not None and (netaddr.valid_ipv4(text) or netaddr.valid_ipv6(text))
+        valid = text is not None and is_address(text)
         if text is None or space is None or not valid:
             continue  # a malformed one is reported with the other fixed values
-        value = int(netaddr.IPAddress(text))
+        value = int(parse_address(text))
         if space.net.first <= value <= space.net.last and not any(
                 first <= value <= last for first, last in space.ranges):
             ctx.report("ADDRESS_INVALID", workload, (*path, field),
