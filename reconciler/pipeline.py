@@ -33,12 +33,14 @@ from .objects import (
     index_objects,
 )
 from .plan import (
+    DIGEST_FORMAT,
     Plan,
     ResourcePlan,
     action_name,
     build_plan,
     desired_digest,
     group_by_owner,
+    legacy_desired_digest,
     protected_destroys,
     replaced_rows_reason,
     resource_actions,
@@ -55,17 +57,25 @@ class Desired:
     objects: list[BackendObject]
     managers: dict[str, Manager]  # those that rendered the objects
     held: Mapping[str, Held] = field(default_factory=dict)  # what it was rendered with
-    _digests: dict[str, str] = field(default_factory=dict)
+    _digests: dict[tuple[str, bool], str] = field(default_factory=dict)
 
     def describer(self) -> Describer:
         return Describer(self.managers, self.model)
 
-    def digest(self, manager: str) -> str:
-        """Of one manager's objects (recorded after an apply; computed once)."""
-        if manager not in self._digests:
-            self._digests[manager] = desired_digest([o for o in self.objects
-                                                     if o.manager == manager])
-        return self._digests[manager]
+    def digest(self, manager: str, legacy: bool = False) -> str:
+        """Of one manager's objects (recorded after an apply; computed once). `legacy`: in
+        the format recorded before DIGEST_FORMAT."""
+        if (manager, legacy) not in self._digests:
+            objects = [o for o in self.objects if o.manager == manager]
+            self._digests[manager, legacy] = (legacy_desired_digest(objects) if legacy
+                                              else desired_digest(objects))
+        return self._digests[manager, legacy]
+
+    def was_applied(self, manager: str, recorded: str | None) -> bool:
+        """Whether `recorded`, the digest `manager` recorded at its last apply, is of this
+        desired state (compared in its own format)."""
+        legacy = recorded is not None and not recorded.startswith(DIGEST_FORMAT)
+        return recorded == self.digest(manager, legacy)
 
 
 class Describer:
@@ -318,8 +328,8 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     diagnostics += _allocation_problems(desired)
     diagnostics += _unrecorded(desired.model, desired.held, managers)
     digests = {name: desired.digest(name) for name in managers}
-    unchanged = all(observations[name].applied_digest == digest
-                    for name, digest in digests.items())
+    unchanged = all(desired.was_applied(name, observations[name].applied_digest)
+                    for name in managers)
     plan = build_plan("live", desired.model.installation, inputs, changes, observed, resources,
                       diagnostics, describe, repo_unchanged=unchanged)
     plan.exposure["drift_opened"] = _drift_exposure(plan, describe)

@@ -118,8 +118,23 @@ def fingerprint(observed: Iterable[BackendObject]) -> str:
     return _digest(observed)
 
 
+#: The prefix of a desired state's digest made of its objects' content hashes. A digest
+#: without it was recorded by unet before 2026-11-26, made of the objects' whole content.
+DIGEST_FORMAT = "2:"
+
+
 def desired_digest(desired: Iterable[BackendObject]) -> str:
-    """Of a desired state: recorded after an apply, to tell drift from repo changes."""
+    """Of a desired state: recorded after an apply, to tell drift from repo changes.
+
+    Made of each object's content hash, which an object computes once: a daemon that
+    renders one tenant again hashes that tenant's objects only, not every row.
+    """
+    return DIGEST_FORMAT + content_hash(sorted((o.uid, o.content_hash) for o in desired))
+
+
+def legacy_desired_digest(desired: Iterable[BackendObject]) -> str:
+    """The digest recorded before DIGEST_FORMAT: read, so that an installation last
+    applied by such a version still tells drift from repo changes. Never recorded."""
     return _digest(desired)
 
 

@@ -25,7 +25,7 @@ from reconciler.cli import main
 from .conftest import EXAMPLE
 from .support.ovnlab import NB_SCHEMA, OvnLab
 from .support.ovnrun import apply, plan, row_named, rows, unet
-from .test_plan_golden import edit_text
+from .test_plan_golden import edit_text, validated
 from .test_plan_props import EDITS, EXAMPLE_FILES, validate_memory, write_layout
 
 NETWORK = "tenants/acme/network.yaml"
@@ -285,3 +285,28 @@ def test_a_refresh_only_apply_leaves_repo_changes_for_what_they_are(
     planned = json.loads(plan(tmp_path, repo, "--format", "json").stdout)
     assert planned["has_changes"]
     assert planned["drift"] == [], "the repo's change is not drift"
+
+
+def test_an_installation_recorded_in_the_former_digest_format_still_tells_drift(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """The digest recorded after an apply changed format (2026-11-26). An installation last
+    applied by an earlier unet holds the former one: on its first run after the upgrade, a
+    row deleted by hand must still be drift (a `reconcile: report` run reports it), not a
+    change of the repo to carry out."""
+    from reconciler.engine import RunOptions, read_desired
+    from reconciler.plan import DIGEST_FORMAT
+
+    assert apply(tmp_path, repo).returncode == 0
+    tag = "unet:applied:example:ovn"
+    nb_global = rows(lab.nb_remote, "NB_Global")[0]
+    assert nb_global["external_ids"][tag].startswith(DIGEST_FORMAT)
+    desired = read_desired(validated(repo), RunOptions(workdir=tmp_path, only=["ovn"]))
+    former = desired.digest("ovn", legacy=True)
+    assert not former.startswith(DIGEST_FORMAT)
+    lab.nbctl("set", "NB_Global", ".", f'external_ids:"{tag}"="{former}"')
+    lab.nbctl("lsp-del", "unet.acme.vm.web-1.0")
+    port = "ovn:Logical_Switch_Port/acme/ComputeInstance/web-1/0"
+    assert port in json.loads(plan(tmp_path, repo, "--format", "json").stdout)["drift"]
+    # A former digest that is not of this desired state: the deletion is the repo's change.
+    lab.nbctl("set", "NB_Global", ".", f'external_ids:"{tag}"="0123456789abcdef"')
+    assert port not in json.loads(plan(tmp_path, repo, "--format", "json").stdout)["drift"]
