@@ -128,7 +128,8 @@ class _Allocator:
         self.model = model
         self.installation = model.installation
         self.observed = observed
-        self.held = _Holdings(observed)
+        self.held = observed.parsed if isinstance(observed, ParsedHoldings) \
+            else _Holdings(observed)
         self.new_known = not new_are_unknown
         self.out = out
 
@@ -386,6 +387,29 @@ class _Allocator:
                 continue
             taken.add(value)
             self._new(key, str(netaddr.IPAddress(value, version)), scope)
+
+
+class ParsedHoldings(Mapping[str, Held]):
+    """Observed allocations, parsed once for several renders with the same ones (parsing
+    100,000 of them takes a quarter of a second). A read-only view: the mapping it is made
+    of must not change while it is in use."""
+
+    def __init__(self, observed: Mapping[str, Held]) -> None:
+        self._observed = observed
+        self.parsed = _Holdings(observed)
+
+    @classmethod
+    def of(cls, observed: Mapping[str, Held]) -> ParsedHoldings:
+        return observed if isinstance(observed, ParsedHoldings) else cls(observed)
+
+    def __getitem__(self, key: str) -> Held:
+        return self._observed[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._observed)
+
+    def __len__(self) -> int:
+        return len(self._observed)
 
 
 class _Holdings:

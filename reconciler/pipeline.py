@@ -17,7 +17,15 @@ import pydantic
 
 from managers.base import Exposure, Manager, Observation
 
-from .allocate import Allocations, allocate, ip_of_port, mac_of_port, port_key, segment_key
+from .allocate import (
+    Allocations,
+    ParsedHoldings,
+    allocate,
+    ip_of_port,
+    mac_of_port,
+    port_key,
+    segment_key,
+)
 from .diagnostics import Diagnostic, json_pointer
 from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change, diff
 from .errors import UnetError
@@ -191,13 +199,14 @@ def rerender_tenants(before: Desired, base: Validation, head: Validation,
     through those tenants only, can be compared like with like.
     """
     only = list(before.managers)
-    old = render_desired(base, before.held, only=only, tenants=tenants)
-    new = render_desired(head, before.held, only=only, tenants=tenants)
+    held = ParsedHoldings.of(before.held)
+    old = render_desired(base, held, only=only, tenants=tenants)
+    new = render_desired(head, held, only=only, tenants=tenants)
     if _provider_objects(old) != _provider_objects(new):
         return None
     kept = [o for o in before.objects if _tenant_of(o.owner) not in tenants]
     mine = [o for o in new.objects if _tenant_of(o.owner) in tenants]
-    return Desired(new.model.full, new.allocations, kept + mine, new.managers, before.held)
+    return Desired(new.model.full, new.allocations, kept + mine, new.managers, held)
 
 
 def changed_owners(before: Desired, after: Desired) -> frozenset[str]:
