@@ -127,7 +127,9 @@ class Watch:
 
     def held(self) -> Mapping[str, Held]:
         """The allocations the replica's objects record, as `observed_allocations` finds
-        them in an observation of every object (an input of the desired state)."""
+        them in an observation of every object (an input of the desired state): the same
+        object, never changed, for as long as they stay the same, whatever else changes
+        (the daemon keys its caches on its identity)."""
         raise NotImplementedError
 
     def observe(self, owners: Iterable[str] | None = None) -> Observation:

@@ -130,7 +130,10 @@ class OvnWatch(Watch):
                 index.rebuild(self.rows)
             if self._held is None or self._held[0] is not index \
                     or self._held[1] != index.version:
-                self._held = (index, index.version, index.held())
+                held = index.held()
+                if self._held is not None and self._held[2] == held:
+                    held = self._held[2]  # the same object while the same: see Watch.held
+                self._held = (index, index.version, held)
             return self._held[2]
 
     def sync(self) -> None:
