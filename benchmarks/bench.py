@@ -370,10 +370,19 @@ def _tail(run: Run) -> str:
     return " ".join(run.stderr().strip().splitlines()[-2:])[-300:]
 
 
+def _exited(run: Run) -> str:
+    """How the child ended: `exit N`, or the signal that killed it (no output to show)."""
+    if run.exit_code >= 0:
+        return f"exit {run.exit_code}"
+    name = signal.Signals(-run.exit_code).name
+    why = " (the kernel's OOM killer sends it: see dmesg)" if name == "SIGKILL" else ""
+    return f"killed by {name}{why}"
+
+
 def _check_validate(fx: Fixture, run: Run) -> Outcome:
     summary = _json_output(run).get("summary", {})
     if not summary:
-        return Outcome(False, f"exit {run.exit_code}: {_tail(run)}", errors=-1)
+        return Outcome(False, f"{_exited(run)}: {_tail(run)}", errors=-1)
     errors, warnings = int(summary.get("errors", -1)), int(summary.get("warnings", -1))
     return Outcome(run.exit_code == 0 and errors == 0,
                    f"{summary.get('documents', 0):,} manifests, {summary.get('files', 0):,} "
@@ -416,7 +425,7 @@ def _plan_pr_argv(fx: Fixture, rev: str | None) -> list[str]:
 def _check_plan_pr(fx: Fixture, run: Run) -> Outcome:
     plan = _json_output(run)
     if not plan:
-        return Outcome(False, f"exit {run.exit_code}: {_tail(run)}", errors=-1)
+        return Outcome(False, f"{_exited(run)}: {_tail(run)}", errors=-1)
     errors = sum(1 for d in plan.get("diagnostics", []) if d.get("severity") == "error")
     counts = plan.get("counts", {})
     rows = plan.get("row_counts", {})
@@ -446,7 +455,7 @@ def _check_apply(fx: Fixture, run: Run) -> Outcome:
     done = [line for line in run.stdout().splitlines() if line.startswith("Apply complete")]
     ok = run.exit_code == 0 and bool(done)
     fx.applied = ok
-    return Outcome(ok, done[0] if done else f"exit {run.exit_code}: {_tail(run)}",
+    return Outcome(ok, done[0] if done else f"{_exited(run)}: {_tail(run)}",
                    errors=0 if ok else 1)
 
 
@@ -477,7 +486,8 @@ def _check_reconcile(expect: str) -> Callable[[Fixture, Run], Outcome]:
     def check(fx: Fixture, run: Run) -> Outcome:
         record = _reconcile_record(run)
         result = record.get("result")
-        note = f"{result}: {record.get('message', _tail(run))}"[:120]
+        note = (f"{result}: {record.get('message', _tail(run))}" if record
+                else f"{_exited(run)}: {_tail(run)}")[:120]
         if expect == "applied":
             ok = result == "applied" and int(record.get("repaired", 0)) >= fx.drifted > 0
         else:
@@ -533,7 +543,7 @@ def _verify_no_changes(fx: Fixture) -> str | None:
     run = run_unet(["plan", str(fx.live), "--manager", "ovn", "--detailed-exitcode"], fx,
                    "verify-plan")
     if run.exit_code != 0:
-        return f"the plan after the repair is not empty (exit {run.exit_code}): {_tail(run)}"
+        return f"the plan after the repair is not empty ({_exited(run)}): {_tail(run)}"
     return None
 
 

@@ -60,3 +60,12 @@ def test_every_stage_and_comparison_runs_clean(tmp_path: Path) -> None:
     markdown = tmp_path / "figures.md"
     assert bench.main(["--combine", str(out), "--markdown", str(markdown)]) == 0
     assert "**reconcile-drift**" in markdown.read_text()
+
+
+def test_a_stage_killed_by_the_kernel_says_so(tmp_path: Path) -> None:
+    """At 10,000 tenants the drift repair was killed for memory: the table said `None: `."""
+    (tmp_path / "out").write_text("")
+    (tmp_path / "err").write_text("")
+    killed = bench.Run(274.2, 188.5, 15163.0, -9, tmp_path / "out", tmp_path / "err")
+    outcome = bench._check_reconcile("applied")(None, killed)  # type: ignore[arg-type]
+    assert not outcome.ok and outcome.note.startswith("killed by SIGKILL (the kernel's OOM")
