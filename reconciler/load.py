@@ -516,6 +516,13 @@ def _too_deep(content: bytes) -> int | None:
                     return int(event.start_mark.line) + 1
             elif isinstance(event, CollectionEndEvent):
                 depth -= 1
+    except yaml.MarkedYAMLError as exc:
+        # libyaml 0.2.6 (PyYAML 6.0.4's wheels) stops at 1,000 levels itself, and its
+        # scanner reads a flow collection's brackets ahead of the events counted here:
+        # deeper than MAX_DEPTH all the same, noticed where the reader stopped.
+        if "nesting depth" not in str(exc.problem):
+            raise
+        return int(exc.problem_mark.line) + 1 if exc.problem_mark is not None else 1
     finally:
         loader.dispose()
     return None
