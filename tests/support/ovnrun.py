@@ -165,10 +165,15 @@ def row_named(remote: str, table: str, name: str) -> dict[str, Any]:
     return found[0]
 
 
+#: Columns of ports that ovn-northd writes whenever it gets to them (`tag`: the VLAN it
+#: assigns a port with a `tag_request`), not unet: a dump taken before northd caught up
+#: with unet's last apply would differ from one taken after.
+NORTHD_COLUMNS = frozenset({"up", "tag", "dynamic_addresses"})
+
+
 def dump(remote: str) -> dict[str, list[dict[str, Any]]]:
-    """Every row unet could touch, for comparing before and after; without the `up` column
-    of ports, which ovn-northd writes whenever it gets to them."""
-    return {table: sorted(({k: v for k, v in row.items() if k != "up"}
+    """Every row unet could touch, for comparing before and after; without NORTHD_COLUMNS."""
+    return {table: sorted(({k: v for k, v in row.items() if k not in NORTHD_COLUMNS}
                            for row in rows(remote, table)), key=lambda r: r["_uuid"])
             for table in TABLES}
 
