@@ -375,7 +375,8 @@ def _exited(run: Run) -> str:
     if run.exit_code >= 0:
         return f"exit {run.exit_code}"
     name = signal.Signals(-run.exit_code).name
-    why = " (the kernel's OOM killer sends it: see dmesg)" if name == "SIGKILL" else ""
+    why = " (the kernel's OOM killer sends it, as can a person: see dmesg)" \
+        if name == "SIGKILL" else ""
     return f"killed by {name}{why}"
 
 
