@@ -37,6 +37,9 @@ CODES: dict[str, CodeInfo] = {
     "PATH_UNSAFE": CodeInfo(
         "Reading files", _E, "a symlink leaving the repo, or a path that is not plain"
     ),
+    "UNET_DIR_TRACKED": CodeInfo(
+        "Reading files", _E, "Git tracks files under `.unet/`, which holds one machine's state"
+    ),
     "REPO_CONFIG_MISSING": CodeInfo(
         "Reading files", _E, "no `unet.yaml` (or more than one RepositoryConfig)"
     ),

@@ -603,10 +603,39 @@ def _within(path: str, folders: set[str]) -> bool:
     return any(path == f or path.startswith(f + "/") for f in folders)
 
 
+STATE_DIR = ".unet"
+
+
+def _state_tracked(tracked: list[str]) -> Iterator[Diagnostic]:
+    """UNET_DIR_TRACKED when Git holds files of the repo's `.unet/` (`tracked`): that is one
+    machine's state (its database, editor tools, caches); a commit must never supply it."""
+    if tracked:
+        shown = ", ".join(tracked[:3]) + (f" and {len(tracked) - 3} more"
+                                          if len(tracked) > 3 else "")
+        yield Diagnostic(
+            "UNET_DIR_TRACKED",
+            f"'{STATE_DIR}/' is tracked by Git ({shown}): it holds one machine's local state "
+            "(an embedded database, caches), which no commit may supply",
+            file=tracked[0], line=1,
+            hint=f"git rm -r --cached {STATE_DIR} and commit; keep '{STATE_DIR}/' in "
+                 ".gitignore")
+
+
+def _tracked_in_checkout(root: Path) -> list[str]:
+    """Files of `root`'s `.unet/` that the Git index holds, when `root` is in a checkout."""
+    try:
+        listing = subprocess.run(["git", "ls-files", "-z", "--", STATE_DIR], cwd=root,
+                                 capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []  # not a Git checkout (or no git): nothing can be tracked
+    return sorted(os.fsdecode(path) for path in listing.split(b"\0") if path)
+
+
 def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
     """Manifest files of a folder, refusing anything that leaves it."""
     if not root.is_dir():
         raise SourceError(f"{root} is not a folder")
+    yield from _state_tracked(_tracked_in_checkout(root))
     real_root = os.path.realpath(root)
     submodules = _submodules(real_root)
 
@@ -729,7 +758,8 @@ def git_files(start: Path, rev: str,
                 return "file", path
         return "missing", rel  # a symlink loop
 
-    items: list[SourceFile | Diagnostic] = []
+    items: list[SourceFile | Diagnostic] = list(_state_tracked(
+        sorted(rel for rel in entries if rel.startswith(f"{STATE_DIR}/"))))
     blobs = _BlobBatch(repo.working_dir)
     for rel in sorted(entries):
         mode, sha, size = entries[rel]

@@ -19,14 +19,15 @@ files no longer present drop out), only when the run parsed a file it did not ho
 the newest `KEEP_PACKS` are kept. Everything is best effort: a pack that cannot be read
 or written makes the run slower, never wrong.
 
-Packs are pickles, and unpickling runs whatever code a pickle names. So, twice guarded:
-a pack is read only when it is a regular file owned by the user running unet and
-writable by nobody else (the repo's `.unet/` is that user's own, but a shared checkout,
-a symlink or a cache restored from elsewhere must not be able to run code as them); and
-it is unpickled by `_PlainUnpickler`, which refuses any class or function, so that even
-a pack someone else wrote could give wrong data at worst, never run code. Entries hold
-only containers, text and numbers for that reason. A checksum over the whole file guards
-against torn and damaged packs, not hostile ones.
+A pack is trusted only when this user on this machine wrote it: it carries a MAC under
+the user's cache secret (`cache.seal`), over its whole index and body, so that a pack
+committed to a repo, restored from elsewhere or edited gives nothing, and a torn or
+damaged one is caught as well. Packs are pickles, and unpickling runs whatever code a
+pickle names. So, further: a pack is read only when it is a regular file owned by the
+user running unet and writable by nobody else; and it is unpickled by
+`_PlainUnpickler`, which refuses any class or function, so that even a pack someone
+else wrote could never run code. Entries hold only containers, text and numbers for
+that reason.
 """
 
 from __future__ import annotations
@@ -36,23 +37,22 @@ import hashlib
 import io
 import os
 import pickle
-import stat
 import struct
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .cache import code_digest, environment_digest
+from .cache import code_digest, environment_digest, is_sealed, read_own_file, seal
 from .diagnostics import Diagnostic
 from .load import Document, LineSource
 from .plugins import plugins_digest
 from .schema import Manifest, manifest_of
 
 KEEP_PACKS = 2
-_MAGIC = b"unet parse cache 1\n"
-_HEADER = struct.Struct("<QQI")  # index length, body length, CRC-32 of index and body
+_MAGIC = b"unet parse cache 2\n"
+_HEADER = struct.Struct("<QQ")  # index length, body length
+_TAG_BYTES = 32  # after the header: the MAC of the header, index and body
 _PREFIX, _SUFFIX = "parse-", ".pack"
 FileKey = tuple[str, str]  # (path, content id)
 _Index = dict[FileKey, tuple[int, int]]  # where each entry is in a pack's body
@@ -211,17 +211,19 @@ def _loads(data: bytes | memoryview) -> Any:
 
 
 def _read_pack(path: Path, key: str) -> tuple[_Index, memoryview]:
-    """The index and body of the pack at `path`; empty unless it is safe to unpickle,
-    whole, and made under `key`."""
-    data = _read_own_file(path)
+    """The index and body of the pack at `path`; empty unless this user wrote it, whole,
+    under `key`."""
+    data = read_own_file(path)
     if data is None or not data.startswith(_MAGIC):
         return {}, memoryview(b"")
     view = memoryview(data)[len(_MAGIC):]
-    if len(view) < _HEADER.size:
+    if len(view) < _HEADER.size + _TAG_BYTES:
         return {}, memoryview(b"")
-    index_length, body_length, crc = _HEADER.unpack_from(view)
-    payload = view[_HEADER.size:]
-    if len(payload) != index_length + body_length or zlib.crc32(payload) != crc:
+    header, tag = view[:_HEADER.size], view[_HEADER.size:_HEADER.size + _TAG_BYTES]
+    index_length, body_length = _HEADER.unpack(header)
+    payload = view[_HEADER.size + _TAG_BYTES:]
+    if len(payload) != index_length + body_length or \
+            not is_sealed(tag, _MAGIC, header, payload):
         return {}, memoryview(b"")
     try:
         found_key, index = _loads(payload[:index_length])
@@ -232,38 +234,21 @@ def _read_pack(path: Path, key: str) -> tuple[_Index, memoryview]:
     return index, payload[index_length:]
 
 
-def _read_own_file(path: Path) -> bytes | None:
-    """The bytes of `path` if it is a regular file of this user that nobody else may write
-    (checked on the open file, so that it cannot be swapped in between)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() \
-                or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return None
-        try:
-            return file.read()
-        except OSError:
-            return None
-
-
 def _write_pack(path: Path, key: str, index: _Index,
                 blobs: list[bytes | memoryview]) -> None:
-    """Write the pack whole to a file of its own, then put it in place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the pack whole to a file of its own, then put it in place; nothing when
+    there is no secret to seal it with (it could not be read back)."""
     head = pickle.dumps((key, index), protocol=pickle.HIGHEST_PROTOCOL)
-    body_length = sum(len(blob) for blob in blobs)
-    crc = zlib.crc32(head)
-    for blob in blobs:
-        crc = zlib.crc32(blob, crc)
+    header = _HEADER.pack(len(head), sum(len(blob) for blob in blobs))
+    tag = seal(_MAGIC, header, head, *blobs)
+    if tag is None:
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(_MAGIC + _HEADER.pack(len(head), body_length, crc) + head)
+            out.write(_MAGIC + header + tag + head)
             out.writelines(blobs)
         os.replace(temporary, path)
     except OSError:

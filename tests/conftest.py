@@ -11,8 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True, scope="session")
 def _validation_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Keep the validation cache out of the working tree while tests run."""
+    """Keep unet's caches, and the secret that seals them, out of the user's home while
+    tests run."""
     os.environ["UNET_CACHE_DIR"] = str(tmp_path_factory.mktemp("unet-cache"))
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
 EXAMPLE = ROOT / "examples" / "network-repo"
 
 
