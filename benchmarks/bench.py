@@ -406,7 +406,7 @@ def _prepare_validate_warm(fx: Fixture, rev: str | None) -> None:
 def _prepare_validate_parsed(fx: Fixture, rev: str | None) -> None:
     """What a first validate left behind, but its result: the timed run reads every file
     back from the parse cache and checks them all, as a run does after a change to a
-    file (which it parses) or a CI job with a restored `.unet/cache`."""
+    file (which it parses) or a CI job with a restored `~/.cache/unet`."""
     _prepare_validate_warm(fx, rev)
     for entry in fx.cache_dir.glob("validate-*.json"):
         entry.unlink()
@@ -414,7 +414,7 @@ def _prepare_validate_parsed(fx: Fixture, rev: str | None) -> None:
 
 def _prepare_plan_pr_parsed(fx: Fixture, rev: str | None) -> None:
     """The parse cache an earlier plan of the same pull request left: both revisions'
-    files are read back (a CI job that keeps `.unet/cache` with actions/cache)."""
+    files are read back (a CI job that keeps `~/.cache/unet` with actions/cache)."""
     _prepare_validate_cold(fx, rev)
     run_unet(_plan_pr_argv(fx, rev), fx, "warm-up")
 

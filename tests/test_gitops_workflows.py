@@ -84,7 +84,7 @@ def test_the_expression_stand_in() -> None:
 
 # --- the supply chain: pinned actions, unet from a lock file with hashes ---------------------
 
-PINNED = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+$")
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+(?:/[\w.-]+)*@[0-9a-f]{40} # v\d+\.\d+\.\d+$")
 LOCK = ".github/unet-requirements.txt"
 
 
@@ -167,8 +167,9 @@ def _owners(codeowners: str, path: str) -> list[str]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         pattern, *names = line.split()
-        assert pattern.startswith("/"), pattern
-        if path == pattern or (pattern.endswith("/") and path.startswith(pattern)):
+        assert pattern == "*" or pattern.startswith("/"), pattern
+        if pattern == "*" or path == pattern or (pattern.endswith("/")
+                                                 and path.startswith(pattern)):
             owners = names
     return owners
 
@@ -184,6 +185,44 @@ def test_codeowners_give_the_providers_whatever_can_bypass_the_folder_rules() ->
     for doc in (EXAMPLE / "README.md", ROOT / "docs" / "gitops.md", ROOT / "README.md"):
         text = doc.read_text()
         assert "/.github/" in text and "bypass" in text, doc
+
+
+def test_no_path_escapes_review() -> None:
+    """A pull request may add any file (`git add -f` past .gitignore): whatever no folder
+    rule names is the providers' to review, `.unet/` included."""
+    codeowners = (EXAMPLE / "CODEOWNERS").read_text()
+    for path in ("/.unet/cache/parse-0.pack", "/README.md", "/docs/new.md", "/x.yaml",
+                 "/tenants/README.md"):
+        assert _owners(codeowners, path) == ["@provider-netops"], path
+    assert _owners(codeowners, "/tenants/initech/compute.yaml") == ["@initech-team"]
+
+
+# --- caches: what a pull request's run may leave for the default branch's ---------------------
+
+
+def _triggers(path: Path) -> set[str]:
+    workflow = yaml.safe_load(path.read_text())
+    on = workflow.get("on", workflow.get(True))  # PyYAML reads the key `on` as True
+    return set(on if isinstance(on, (dict, list)) else [on])
+
+
+@pytest.mark.parametrize("path", sorted(WORKFLOWS.glob("*.yml")), ids=lambda p: p.name)
+def test_only_the_default_branchs_jobs_save_unets_cache(path: Path) -> None:
+    """unet's cache (and the secret that seals it) lives in the runner's home, is saved only
+    by jobs that run the default branch's own workflow on its own revisions (apply,
+    reconcile) and only restored by a pull request's: a cache a pull request's run wrote
+    must never reach the job that applies."""
+    caches = [step for step in _steps(path) if str(step.get("uses", "")).startswith(
+        "actions/cache")]
+    untrusted = _triggers(path) & {"pull_request", "pull_request_target", "workflow_run"}
+    for step in caches:
+        action = step["uses"].split("@", 1)[0]
+        assert action == ("actions/cache/restore" if untrusted else "actions/cache"), path
+        inputs = step["with"]
+        assert inputs["path"] == "~/.cache/unet", path
+        assert inputs["key"].startswith("unet-trusted-${{ runner.os }}-"), path
+        assert inputs["restore-keys"] == "unet-trusted-${{ runner.os }}-", path
+    assert caches or path.name == "unet-plan-comment.yml", path
 
 
 def test_the_docs_say_how_to_make_the_lock_file() -> None:

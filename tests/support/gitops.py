@@ -463,7 +463,7 @@ def _action(step: dict[str, Any], step_id: str, label: str, cwd: Path, env: dict
             context: dict[str, Any], artifacts: Path | None, api_state: Path | None,
             origin: Path | None, tmp: Path, timeout: float) -> StepResult:
     uses = str(step["uses"]).split("@", 1)[0]
-    if uses == "actions/cache":  # nothing is kept between local runs: its key is not needed
+    if uses in ("actions/cache", "actions/cache/restore"):  # nothing is kept between local runs
         return StepResult(step_id, label, "success")
     inputs = {k: interpolate(v, context) for k, v in (step.get("with") or {}).items()}
     if uses == "actions/checkout" and origin is not None:
