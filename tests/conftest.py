@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,12 +19,30 @@ def _validation_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 EXAMPLE = ROOT / "examples" / "network-repo"
 
 
+def copy_checkout(source: Path, target: Path) -> Path:
+    """Copy what Git has of the folder `source` of this checkout (tracked files, and new
+    ones not ignored), never what is ignored: no test may depend on a working tree's local
+    state (a demo's `.unet/` database and caches, say). Symlinks are copied as links."""
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=source, capture_output=True, check=True).stdout
+    target.mkdir(parents=True)
+    for name in sorted({os.fsdecode(n) for n in listing.split(b"\0") if n}):
+        origin, copy = source / name, target / name
+        if not origin.is_symlink() and not origin.exists():
+            continue  # deleted in the working tree, not yet in the index
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if origin.is_symlink():
+            copy.symlink_to(os.readlink(origin))
+        else:
+            shutil.copy2(origin, copy)
+    return target
+
+
 @pytest.fixture
 def example_copy(tmp_path: Path) -> Path:
     """A writable copy of the example repo."""
-    target = tmp_path / "repo"
-    shutil.copytree(EXAMPLE, target)
-    return target
+    return copy_checkout(EXAMPLE, tmp_path / "repo")
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ added to the catalogue without a case fails `test_every_validate_code_has_a_case
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from reconciler.cli import main
 from reconciler.diagnostics import CODES, PLAN_TIME_CODES, Diagnostic, Severity
 from reconciler.validate import validate_repo
 
-from .conftest import ROOT
+from .conftest import ROOT, copy_checkout
 
 BROKEN = ROOT / "examples" / "broken"
 CASES = sorted(path.name for path in BROKEN.iterdir() if path.is_dir())
@@ -59,7 +58,7 @@ def test_case_trips_exactly_its_code(case: str, capsys: pytest.CaptureFixture[st
 def committed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The broken examples committed to a fresh Git repository (symlink and all)."""
     repo = tmp_path_factory.mktemp("broken-git")
-    shutil.copytree(BROKEN, repo / "broken", symlinks=True)
+    copy_checkout(BROKEN, repo / "broken")
     for args in (["init", "-q"], ["add", "."],
                  ["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q",
                   "-m", "broken examples"]):

@@ -10,7 +10,6 @@ the editor schema flags the file, and `unet validate` reports the specific code.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import yaml
 
 from reconciler.validate import validate_repo
 
-from .conftest import EXAMPLE, ROOT
+from .conftest import EXAMPLE, ROOT, copy_checkout
 
 BROKEN = ROOT / "examples" / "broken"
 SG = "tenants/acme/security-groups.yaml"
@@ -121,7 +120,7 @@ def test_the_editor_flags_it_and_validate_keeps_its_code(
         case: str, tmp_path: Path, editor: jsonschema.Draft202012Validator) -> None:
     folder, _file, _replacements, code = CASES[case]
     repo = tmp_path / folder
-    shutil.copytree(BROKEN / folder, repo)
+    copy_checkout(BROKEN / folder, repo)
     file, text = changed_file(case)
     (repo / file).write_text(text)
     diagnostics = validate_repo(repo).diagnostics

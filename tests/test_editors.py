@@ -21,7 +21,7 @@ import pytest
 
 from reconciler.cli import main
 
-from .conftest import EXAMPLE, ROOT
+from .conftest import EXAMPLE, ROOT, copy_checkout
 from .support.lsp import LanguageServer
 from .test_editor_schema import CASES, changed_file
 
@@ -65,7 +65,7 @@ def _server_command() -> list[str]:
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the example repo with the schema `unet schema --print` writes."""
     root = tmp_path_factory.mktemp("editor") / "network-repo"
-    shutil.copytree(EXAMPLE, root)
+    copy_checkout(EXAMPLE, root)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         assert main(["schema", "--print"]) == 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 import tomllib
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from packaging.version import Version
 
 from managers.ovn.embedded import EmbeddedNorthbound
 
-from .conftest import EXAMPLE, ROOT
+from .conftest import EXAMPLE, ROOT, copy_checkout
 from .support.gitops import (
     PLAN_WORKFLOW_ID,
     PROJECT_WORKFLOWS,
@@ -144,7 +143,7 @@ def test_the_example_lock_file_pins_every_dependency_with_hashes() -> None:
 def test_the_example_lock_file_must_be_set_up_before_use(tmp_path: Path) -> None:
     """As copied, the lock names no real unet: the install says what to do."""
     repo = tmp_path / "repo"
-    shutil.copytree(EXAMPLE, repo)
+    copy_checkout(EXAMPLE, repo)
     run = run_workflow("unet-plan.yml", repo, tmp_path / "run",
                        github=_pr_context(7, "0" * 40))
     assert run.conclusion == "failure" and not run.installs

@@ -19,7 +19,6 @@ the blocked connects (one CONNECT_TIMEOUT each); the file runs in about half a m
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import EXAMPLE, use_northbound
+from .conftest import EXAMPLE, copy_checkout, use_northbound
 from .support.chassis import Chassis, Lease, Vm
 from .support.ovnlab import OvnLab
 
@@ -106,7 +105,7 @@ def port_addresses(lab: OvnLab, port: str) -> list[str]:
 def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
     root = tmp_path_factory.mktemp("packets")
     repo = root / "repo"
-    shutil.copytree(EXAMPLE, repo)
+    copy_checkout(EXAMPLE, repo)
     with (repo / "tenants" / "initech" / "compute.yaml").open("a") as out:
         out.write(CI_RUNNER_2)
     with OvnLab(root / "ovn") as lab:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import EXAMPLE, use_northbound
+from .conftest import EXAMPLE, copy_checkout, use_northbound
 from .support.ovnlab import OvnLab
 
 OUTSIDE = "198.18.0.1"  # RFC 2544 benchmarking space: "somewhere on the Internet"
@@ -364,7 +363,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     """The example repo, applied unchanged."""
     root = tmp_path_factory.mktemp("trace-example")
     repo = root / "repo"
-    shutil.copytree(EXAMPLE, repo)
+    copy_checkout(EXAMPLE, repo)
     with applied(root, repo) as fabric:
         yield fabric
 
@@ -376,7 +375,7 @@ def inbound_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     and initech's reserved launch-web attached to it."""
     root = tmp_path_factory.mktemp("trace-inbound")
     repo = root / "repo"
-    shutil.copytree(EXAMPLE, repo)
+    copy_checkout(EXAMPLE, repo)
     _append(repo, "tenants/initech/security-groups.yaml", {
         "apiVersion": API, "kind": "SecurityGroup", "metadata": {"name": "launch"},
         "spec": {"virtualNetwork": "lab",
@@ -400,7 +399,7 @@ def initech(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     whose VM uses a declared group (so lab has members and non-members of `default`)."""
     root = tmp_path_factory.mktemp("trace-initech")
     repo = root / "repo"
-    shutil.copytree(EXAMPLE, repo)
+    copy_checkout(EXAMPLE, repo)
     _append(repo, "tenants/initech/network.yaml", {
         "apiVersion": API, "kind": "Subnet", "metadata": {"name": "tools"},
         "spec": {"virtualNetwork": "lab", "ipv4Cidr": "192.168.2.0/24"}})
@@ -425,7 +424,7 @@ def shared_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]
     region-b and a VM whose second NIC is on storage-b (initech's default group)."""
     root = tmp_path_factory.mktemp("trace-provider-network")
     repo = root / "repo"
-    shutil.copytree(EXAMPLE, repo)
+    copy_checkout(EXAMPLE, repo)
     networks = repo / "provider" / "networks.yaml"
     networks.write_text(networks.read_text().replace("tenants: [globex]",
                                                      "tenants: [globex, initech]"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from reconciler.diagnostics import Diagnostic
 from reconciler.load import DEFAULT_MAX_FILE_BYTES, SourceFile
 from reconciler.validate import parsed_files, repo_files, validate_files
 
-from .conftest import ROOT
+from .conftest import ROOT, copy_checkout
 from .test_fuzz import EXAMPLE_FILES, FUZZ_PATHS, SETTINGS, random_content
 
 BROKEN = ROOT / "examples" / "broken"
@@ -83,7 +82,7 @@ def test_diagnostics_read_back_point_at_the_same_lines(case: str, tmp_path: Path
     columns and words (line maps are built again from the cached text). Only a file
     over the size bound, never read, is not remembered."""
     repo = tmp_path / case
-    shutil.copytree(BROKEN / case, repo, symlinks=True)
+    copy_checkout(BROKEN / case, repo)
     first = _run(repo)
     parses.clear()
     assert _run(repo) == first
@@ -322,7 +321,7 @@ def test_reconcile_once_reads_and_writes_it(tmp_path: Path, cache: Path,
                                             parses: list[str]) -> None:
     """Even a revision that does not validate (refused before any backend is read)."""
     repo = tmp_path / "repo"
-    shutil.copytree(BROKEN / "subnet-overlap", repo)
+    copy_checkout(BROKEN / "subnet-overlap", repo)
     args = ["reconcile", "--once", "--path", str(repo), "--state-dir", str(tmp_path / "state")]
     assert main(args) == 1
     assert len(parses) == _files(repo)

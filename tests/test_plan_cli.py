@@ -14,7 +14,7 @@ import pytest
 from reconciler.cli import main
 from reconciler.plan_io import document_text
 
-from .conftest import EXAMPLE
+from .conftest import EXAMPLE, copy_checkout
 from .test_plan_golden import edit_text
 
 SSH_RULE = """    - protocol: tcp          # PostgreSQL, only from ports in group "web"
@@ -46,7 +46,7 @@ def commit(repo: Path, message: str) -> str:
 def repo(tmp_path: Path) -> Path:
     """The example repo, committed once."""
     root = tmp_path / "repo"
-    shutil.copytree(EXAMPLE, root)
+    copy_checkout(EXAMPLE, root)
     git(root, "init", "-q")
     commit(root, "base")
     return root
@@ -237,7 +237,7 @@ def test_console_script_exit_code(repo: Path) -> None:
 def test_a_revision_of_a_folder_outside_git_is_a_plain_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "plain"
-    shutil.copytree(EXAMPLE, folder)
+    copy_checkout(EXAMPLE, folder)
     code, out, err = unet(capsys, "plan", "--base", "HEAD", str(folder))
     assert code == 1 and out == ""
     assert f"{folder} is not inside a Git repository, so it has no revision 'HEAD'" in err

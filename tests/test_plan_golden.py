@@ -31,7 +31,7 @@ from reconciler.plan import Plan
 from reconciler.plan_io import plan_to_json
 from reconciler.validate import Validation, validate_repo
 
-from .conftest import EXAMPLE
+from .conftest import EXAMPLE, copy_checkout
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("UNET_UPDATE_GOLDEN") == "1"
@@ -42,7 +42,7 @@ UNKNOWN = "(known after apply)"
 
 
 def copy_example(dest: Path) -> Path:
-    shutil.copytree(EXAMPLE, dest)
+    copy_checkout(EXAMPLE, dest)
     return dest
 
 

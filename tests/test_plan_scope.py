@@ -20,7 +20,7 @@ from reconciler.pipeline import changed_tenants, plan_between
 from reconciler.plan_io import plan_to_json
 from reconciler.validate import ParsedFiles, validate_repo
 
-from .conftest import EXAMPLE
+from .conftest import EXAMPLE, copy_checkout
 from .support.gitops import commit_all, git
 
 
@@ -61,7 +61,7 @@ EDITS: dict[str, tuple[Callable[[Path], None], frozenset[str] | None]] = {
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     target = tmp_path / "repo"
-    shutil.copytree(EXAMPLE, target)
+    copy_checkout(EXAMPLE, target)
     git(target, "init", "-q")
     commit_all(target, "base")
     git(target, "branch", "-q", "base")

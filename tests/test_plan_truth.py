@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from reconciler.cli import main
 
-from .conftest import EXAMPLE
+from .conftest import EXAMPLE, copy_checkout
 from .support.ovnlab import NB_SCHEMA, OvnLab
 from .support.ovnrun import apply, plan, row_named, rows, unet
 from .test_plan_golden import edit_text, validated
@@ -116,7 +116,7 @@ def test_one_apply_of_any_edit_leaves_nothing_to_do(
     write_layout(files, head, None)
     base = tmp_path / "base"
     shutil.rmtree(base, ignore_errors=True)
-    shutil.copytree(EXAMPLE, base)
+    copy_checkout(EXAMPLE, base)
     for repo in (base, head):
         for path in repo.rglob("*.yaml"):
             path.write_text(path.read_text().replace("northbound: embedded",

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from ..conftest import EXAMPLE, ROOT
+from ..conftest import EXAMPLE, ROOT, copy_checkout
 
 WORKFLOWS = EXAMPLE / ".github" / "workflows"
 PROJECT_WORKFLOWS = ROOT / ".github" / "workflows"
@@ -64,7 +64,7 @@ def ovn_only_repo(target: Path, northbound: str = "embedded", mode: str = "repor
     """The example network repo (workflows included) without its Kubernetes manager, whose
     hosting clusters cannot be reached here (its VM there runs on the fabric instead), and
     with the OVN Northbound `northbound`."""
-    shutil.copytree(EXAMPLE, target)
+    copy_checkout(EXAMPLE, target)
     managers = target / "provider" / "managers.yaml"
     text = managers.read_text()
     managers.write_text(text[:text.index("---\n# The hosting clusters")])
