@@ -55,10 +55,15 @@ class ManagerConfig(BaseModel):
 class Observation:
     """What a session found in its backend: this installation's objects (`manager` set to
     the NetworkManager's name), the digest it recorded after its last apply, and whatever
-    the plugin needs again to apply (subclasses add it)."""
+    the plugin needs again to apply (subclasses add it).
+
+    `unobserved` says, one line per part, which parts of the backend could not be read (a
+    hosting cluster that is down, a list the credentials may not make): a plan cannot
+    tell what exists there, so it fails (BACKEND_UNOBSERVED) rather than plan creates."""
 
     objects: list[BackendObject]
     applied_digest: str | None = None
+    unobserved: list[str] = field(default_factory=list, kw_only=True)
 
     def conflicts(self, desired: Sequence[BackendObject]) -> list[str]:
         """Objects of others that stand where desired objects would go (never overwritten)."""

@@ -257,6 +257,12 @@ CODES: dict[str, CodeInfo] = {
         _E,
         "a class's segmentRange has no free segment id for a new subnet",
     ),
+    "BACKEND_UNOBSERVED": CodeInfo(
+        "Between two revisions (PR mode) and at plan time",
+        _E,
+        "a manager could not read (part of) its backend, so the plan cannot tell what exists "
+        "there; leave the manager out with `--manager` to plan the others",
+    ),
     "STALE_PLAN": CodeInfo(
         "Between two revisions (PR mode) and at plan time",
         _E,

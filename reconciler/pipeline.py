@@ -318,13 +318,18 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     When the desired state is the one a manager last applied (the digest it recorded),
     every difference is drift. `owners`: plan only the objects of these resources (the
     daemon's targeted plan, when only they changed in the backends); the observations
-    then hold only theirs.
+    then hold only theirs. A manager that could not read all of its backend is left out
+    of the plan, which then has an error (BACKEND_UNOBSERVED): it cannot be applied.
     """
-    observed = [obj for name in sorted(observations) for obj in observations[name].objects]
+    blind = frozenset(name for name, seen in observations.items() if seen.unobserved)
+    observed = [obj for name in sorted(observations) if name not in blind
+                for obj in observations[name].objects]
     describe = desired.describer()
     prune = bool(desired.model.config.prune)
     wanted = desired.objects if owners is None else [o for o in desired.objects
                                                      if o.owner in owners]
+    if blind:
+        wanted = [o for o in wanted if o.manager not in blind]
     changes = diff(index_objects(wanted), index_objects(observed), prune)
     everything = head.by_ref()
     head_manifests = everything if owners is None else {
@@ -333,6 +338,7 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     diagnostics = [_prune_disabled(head_manifests.get(r.address), r.address)
                    for r in resources if r.reason.startswith("kept")]
     diagnostics += _safety(changes, desired, observed, {}, head_manifests)
+    diagnostics += _unobserved(observations, desired.model)
     diagnostics += _conflicts(observations, changes)
     diagnostics += _allocation_problems(desired)
     diagnostics += _unrecorded(desired.model, desired.held, managers)
@@ -426,6 +432,28 @@ def _allocation_problems(desired: Desired) -> list[Diagnostic]:
                               line=doc.line_of(problem.path) if doc else None,
                               path=json_pointer(problem.path) if doc else "",
                               hint=problem.hint))
+    return out
+
+
+def _unobserved(observations: Mapping[str, Observation], model: Model) -> list[Diagnostic]:
+    """A backend that could not be read fails the plan, as Terraform's refresh does: what
+    exists there is unknown, and planning it as absent would show creates that fail."""
+    out = []
+    names = sorted(m.name for m in model.kind("NetworkManager"))
+    for name in sorted(observations):
+        parts = observations[name].unobserved
+        if not parts:
+            continue
+        manifest = next(m for m in model.kind("NetworkManager") if m.name == name)
+        others = [other for other in names if other != name]
+        leave_out = "; or plan the others alone: " + " ".join(
+            f"--manager {other}" for other in others) if others else ""
+        out.append(Diagnostic(
+            "BACKEND_UNOBSERVED",
+            f"NetworkManager '{name}' could not read its backend, so this plan cannot tell "
+            f"what exists there and leaves its changes out: {'; '.join(dict.fromkeys(parts))}",
+            file=manifest.doc.file, line=manifest.doc.line,
+            hint=f"make it reachable and plan again{leave_out}"))
     return out
 
 

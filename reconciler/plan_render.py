@@ -161,7 +161,10 @@ def render_text(doc: dict[str, Any], colour: bool = False) -> str:
     out.append(f"Backend rows: {rows['delete']} to delete, {rows['replace']} to replace, "
                f"{rows['create']} to create, {rows['update']} to update, in "
                f"{_count(len(doc['waves']), 'wave')}.")
-    if not doc["has_changes"]:
+    if not doc["valid"]:
+        out.append(paint("delete", "The plan has errors (see Diagnostics): it cannot be "
+                                   "applied."))
+    elif not doc["has_changes"]:
         out.append("No changes. The backends match the repo.")
     return "\n".join(out) + "\n"
 
@@ -221,7 +224,9 @@ def _markdown_summary(doc: dict[str, Any], marker: str) -> str:
     diagnostics = _diagnostic_lines(doc)
     if diagnostics:
         lines += ["#### Diagnostics", "", "```", *diagnostics[:100], "```", ""]
-    if not doc["has_changes"]:
+    if not doc["valid"]:
+        lines += ["**The plan has errors (see Diagnostics): it cannot be applied.**", ""]
+    elif not doc["has_changes"]:
         lines += ["No changes: the backends already match.", ""]
     elif _resources(doc):
         lines += ["#### Changes", ""]

@@ -391,27 +391,40 @@ def test_contract_delete_names_the_observed_uid(applied: Env) -> None:
 # --- bad input -------------------------------------------------------------------------------
 
 
-def test_contract_unreachable_cluster_fails_only_its_steps(env: Env) -> None:
+def unobserved(out: str, *why: str) -> None:
+    """The plan failed with BACKEND_UNOBSERVED for the kubernetes manager, saying `why`, and
+    planned none of its objects (it cannot tell which exist)."""
+    assert "error BACKEND_UNOBSERVED provider/managers.yaml:" in out, out
+    assert "NetworkManager 'kubernetes' could not read its backend" in out
+    assert "plan the others alone: --manager ovn" in out
+    for words in why:
+        assert words in out, (words, out)
+    changes = [line for line in out.splitlines() if line.lstrip().startswith(("+ ", "~ "))]
+    assert not [line for line in changes if " on cluster hosting-" in line], changes
+    assert "The plan has errors (see Diagnostics): it cannot be applied." in out
+
+
+def test_contract_an_unreachable_cluster_fails_the_plan_and_nothing_is_applied(
+        env: Env) -> None:
+    """As Terraform's refresh: a backend that cannot be read is not planned as empty (its
+    objects all 'to create'); the plan fails and names the manager to leave out."""
     env.point(**{"hosting-a2": refused_url()})
-    code, out, _ = env.plan()
-    assert code == 0
-    assert "hosting-a2: 0 of 4 subnets ready" in out
-    assert "warning: cluster hosting-a2 (context hosting-a2) is unreachable: cannot connect " \
-           "to http://127.0.0.1:" in out and ": connection refused" in out
+    code, out, _ = env.plan("--detailed-exitcode")
+    assert code == 1
+    unobserved(out, "cluster hosting-a2 (context hosting-a2) is unreachable: cannot connect "
+                    "to http://127.0.0.1:", ": connection refused")
+    assert "cannot be read: cluster hosting-a2 (context hosting-a2) is unreachable" in out
+    plan = json.loads(env.plan("--format", "json")[1])
+    assert plan["valid"] is False and plan["backend_changes"] == []
 
     code, out, err = env.apply()
-    assert code == 1
-    assert "Apply complete: 19 created" in out
-    assert "unet: 18 steps failed; everything else was applied:" in err
-    assert "cluster hosting-a2 (context hosting-a2) is unreachable" in err
-    assert "hosting-a1: 4 of 4 subnets ready" in out
-    assert "Subnets ready on every hosting cluster: 0 of 4" in out
-    assert env.names("hosting-a1", CUDNS) == SUBNETS
+    assert code == 1 and "the plan has errors; nothing was applied" in err
+    assert env.names("hosting-a1", CUDNS) == [], "nothing applied, on any cluster"
 
     env.point()  # hosting-a2 is back
     code, out, err = env.apply()
     assert code == 0, err
-    assert "Apply complete: 18 created" in out
+    assert "Apply complete: 37 created" in out
     assert env.names("hosting-a2", CUDNS) == SUBNETS
     assert env.plan("--detailed-exitcode")[0] == 0
 
@@ -419,19 +432,21 @@ def test_contract_unreachable_cluster_fails_only_its_steps(env: Env) -> None:
 def test_contract_unknown_context(env: Env) -> None:
     env.point(**{"hosting-a2": None})
     code, out, _ = env.plan()
-    assert code == 0
-    assert (f"warning: the kubeconfig context 'hosting-a2' of cluster hosting-a2 (context "
-            f"hosting-a2) is not in {env.kubeconfig} (contexts there: hosting-a1)") in out
+    assert code == 1
+    unobserved(out, f"the kubeconfig context 'hosting-a2' of cluster hosting-a2 (context "
+                    f"hosting-a2) is not in {env.kubeconfig} (contexts there: hosting-a1)")
     code, _, err = env.apply()
-    assert code == 1 and "the kubeconfig context 'hosting-a2'" in err
-    assert env.names("hosting-a1", CUDNS) == SUBNETS
+    assert code == 1 and "nothing was applied" in err
+    assert env.names("hosting-a1", CUDNS) == []
 
 
 def test_contract_missing_kubeconfig(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(env.tmp / "nowhere"))
     code, out, _ = env.plan()
-    assert code == 0
-    assert f"warning: cannot read the kubeconfig {env.tmp / 'nowhere'}" in out
+    assert code == 1
+    unobserved(out, f"its backend, so this plan cannot tell what exists there and leaves its "
+                    f"changes out: cannot read the kubeconfig {env.tmp / 'nowhere'}")
+    assert out.count("cannot read the kubeconfig") == 3, "once in the error, once per cluster"
 
 
 @pytest.mark.parametrize("plain_404", [False, True], ids=["status-404", "plain-404"])
@@ -536,32 +551,32 @@ def test_contract_rbac_denial_on_list_and_on_the_lease(make_env: Any) -> None:
     env.clusters["hosting-a1"].deny.add(("list", CUDNS))
     env.clusters["hosting-a2"].deny.add(("create", "leases"))
     code, out, _ = env.plan()
-    assert code == 0
-    assert ("warning: RBAC: the credentials of cluster hosting-a1 (context hosting-a1) may not "
-            "list clusteruserdefinednetworks.k8s.ovn.org (cluster-wide) (403 Forbidden: "
-            f'clusteruserdefinednetworks.k8s.ovn.org is forbidden: User "{USER}" cannot list '
-            'resource "clusteruserdefinednetworks" in API group "k8s.ovn.org" at the cluster '
-            "scope)") in out
-    assert ("warning: RBAC: the credentials of cluster hosting-a2 (context hosting-a2) may not "
-            "create leases.coordination.k8s.io unet-example in namespace unet-system") in out
+    assert code == 1
+    unobserved(out, "RBAC: the credentials of cluster hosting-a1 (context hosting-a1) may not "
+                    "list clusteruserdefinednetworks.k8s.ovn.org (cluster-wide) (403 Forbidden: "
+                    f'clusteruserdefinednetworks.k8s.ovn.org is forbidden: User "{USER}" cannot '
+                    'list resource "clusteruserdefinednetworks" in API group "k8s.ovn.org" at '
+                    "the cluster scope)",
+               "RBAC: the credentials of cluster hosting-a2 (context hosting-a2) may not "
+               "create leases.coordination.k8s.io unet-example in namespace unet-system")
 
 
 def test_contract_credentials_refused(env: Env) -> None:
     write_kubeconfig(env.kubeconfig, {n: c.url for n, c in env.clusters.items()},
                      token="wrong")
     code, out, _ = env.plan()
-    assert code == 0
-    assert "the API server of cluster hosting-a1 (context hosting-a1) refused the " \
-           "credentials (401 Unauthorized): Unauthorized" in out
+    assert code == 1
+    unobserved(out, "the API server of cluster hosting-a1 (context hosting-a1) refused the "
+                    "credentials (401 Unauthorized): Unauthorized")
 
 
 def test_contract_lease_namespace_missing(make_env: Any) -> None:
     env = make_env(**{"hosting-a1": {"namespaces": ("metallb-system",)}})
     code, out, _ = env.plan()
-    assert code == 0
-    assert ("warning: the Lease namespace unet-system does not exist on cluster hosting-a1 "
-            "(context hosting-a1): create it (kubectl create namespace unet-system) or set "
-            "leaseNamespace in the manager's config") in out
+    assert code == 1
+    unobserved(out, "the Lease namespace unet-system does not exist on cluster hosting-a1 "
+                    "(context hosting-a1): create it (kubectl create namespace unet-system) or "
+                    "set leaseNamespace in the manager's config")
 
 
 # --- the Lease -------------------------------------------------------------------------------
@@ -628,15 +643,16 @@ def test_contract_lease_is_renewed_while_held_and_released(env: Env) -> None:
 
 def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) -> None:
     """Both managers: the CUDN's VLAN id is the OVN localnet port's tag; an unreachable
-    cluster fails its own steps while OVN and the other cluster are applied."""
+    cluster stops the apply of both; the fabric alone is planned with --manager ovn."""
     from managers.ovn import OvnConfig, OvnManager
 
     env.point(**{"hosting-a2": refused_url()})
     code, out, err = env.unet("apply", str(env.repo), "--auto-approve")
-    assert code == 1
-    assert "18 steps failed" in err and "hosting-a2 (context hosting-a2) is unreachable" in err
+    assert code == 1 and "nothing was applied" in err
+    unobserved(out, "hosting-a2 (context hosting-a2) is unreachable")
+    assert env.names("hosting-a1", CUDNS) == []
     code, out, _ = env.unet("plan", str(env.repo), "--manager", "ovn", "--detailed-exitcode")
-    assert code == 0, out  # the fabric was applied
+    assert code == 0, out  # the fabric alone is planned (and was applied by the fixture)
 
     env.point()
     code, out, err = env.unet("apply", str(env.repo), "--auto-approve")
@@ -710,7 +726,7 @@ def test_contract_a_core_kind_is_named_as_the_api_names_it(make_env: Any) -> Non
     env = make_env()
     env.clusters["hosting-a1"].deny.add(("list", "configmaps"))
     code, out, _ = env.plan()
-    assert code == 0
+    assert code == 1
     assert "RBAC: the credentials of cluster hosting-a1 (context hosting-a1) may not list " \
            "configmaps (cluster-wide)" in out
     assert "configmaps." not in out and "CRD configmaps" not in out

@@ -230,6 +230,8 @@ class KubernetesSession(Session):
         observation = KubernetesObservation([], self._applied_digest(), self.manager)
         for _, cluster in sorted(self.clusters.items()):
             observe_cluster(cluster, self.installation, self.manager, observation)
+            if cluster.error is not None:
+                observation.unobserved.append(cluster.error)
         return observation
 
     def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],

@@ -182,9 +182,11 @@ def readiness_report(session: KubernetesSession, changes: Sequence[Change],
         if not_ready and cluster.error is None:
             line += f" (not yet: {_some(not_ready)})"
         lines.append(line)
-        if cluster.error is not None:
-            lines.append(f"    warning: {cluster.error}; the steps on this cluster fail, "
-                         "the other clusters are applied")
+        if cluster.error is not None and outcome is None:
+            lines.append(f"    cannot be read: {cluster.error}")
+        elif cluster.error is not None:
+            lines.append(f"    warning: {cluster.error}; the steps on this cluster failed, "
+                         "the other clusters were applied")
         for why in sorted(set(cluster.missing.values())):
             lines.append(f"    warning: {why}")
     everywhere = [o for o in sorted(ready) if all(ready[o].get(n, False) for n in names)]

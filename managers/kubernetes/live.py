@@ -468,6 +468,8 @@ def observe_cluster(cluster: Cluster, installation: str, manager: str,
             message = cluster.explain(exc, "list", kind)
             if is_api_error(exc, 404) or is_api_error(exc, 403):
                 cluster.missing[kind.kind] = message
+                if is_api_error(exc, 403):  # not installed is known; not allowed to look is not
+                    into.unobserved.append(message)
             else:
                 cluster.error = message
             continue
