@@ -223,11 +223,11 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from .report import (
         display_prefix,
-        folder_sources,
         markdown_summary,
         render_github,
         render_human,
         render_json,
+        sources_of,
         summarize,
         use_colour,
     )
@@ -248,7 +248,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         out.write(markdown_summary(diagnostics, summary, display_prefix(args.path)))
     else:
         render_human(diagnostics, summary, out, display_prefix(args.path), use_colour(out),
-                     None if args.rev else folder_sources(args.path))
+                     sources_of(args.path, args.rev))
     return EXIT_ERROR if summary.errors else EXIT_OK
 
 

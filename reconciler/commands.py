@@ -14,25 +14,37 @@ from . import engine
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
 from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
 from .pipeline import plan_between
-from .plan import Plan
+from .plan import Plan, invalid_plan
 from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
 from .plan_render import render_markdown, render_text
 from .progress import Progress
 from .report import (
     display_prefix,
-    folder_sources,
     github_annotations,
     render_human,
+    render_json,
+    sources_of,
     summarize,
     use_colour,
 )
 from .validate import ParsedFiles, Validation, parsed_files, revision_info, validate_repo
 
 
-def _print_validation(result: Validation, path: Path) -> None:
-    summary = summarize(result.diagnostics, result.files, len(result.documents))
-    render_human(result.diagnostics, summary, sys.stdout, display_prefix(path),
-                 use_colour(sys.stdout), folder_sources(path))
+def _print_invalid(head: Validation, args: argparse.Namespace, path: Path, rev: str | None,
+                   plan: tuple[str, dict[str, Any]] | None = None) -> None:
+    """The errors of a repo that gives no plan, in the format asked for: a plan command's
+    JSON, Markdown or GitHub output is a plan document with them (valid false, no change;
+    `plan` is its mode and inputs), so that what parses a plan parses this too. Text quotes
+    the lines of what was validated (the revision, not the working tree)."""
+    fmt = getattr(args, "format", "text")
+    summary = summarize(head.diagnostics, head.files, len(head.documents))
+    if fmt != "text" and plan is not None:
+        print_plan(plan_to_json(invalid_plan(head, *plan)), fmt, path)
+    elif fmt == "json":
+        render_json(head.diagnostics, summary, sys.stdout, display_prefix(path))
+    else:
+        render_human(head.diagnostics, summary, sys.stdout, display_prefix(path),
+                     use_colour(sys.stdout), sources_of(path, rev))
 
 
 def print_plan(document: dict[str, Any], fmt: str, repo: Path | None = None) -> None:
@@ -61,16 +73,18 @@ def _github_plan(document: dict[str, Any], prefix: str) -> str:
 
 
 def _validated_head(args: argparse.Namespace, path: Path, rev: str | None,
-                    parsed: ParsedFiles | None = None) -> Validation | None:
-    """The repo at `path` (`rev`), validated; None, said why, when it has errors. Parsed
-    files come from and go to the parse cache, unless `parsed` is the caller's."""
+                    parsed: ParsedFiles | None = None,
+                    plan: tuple[str, dict[str, Any]] | None = None) -> Validation | None:
+    """The repo at `path` (`rev`), validated; None, said why, when it has errors (`plan`:
+    the mode and inputs of the plan it would have given). Parsed files come from and go to
+    the parse cache, unless `parsed` is the caller's."""
     own = parsed_files(path, args.max_file_size, not args.no_cache) if parsed is None \
         else parsed
     head = validate_repo(path, rev, args.max_file_size, own)
     if parsed is None:
         own.save()
     if not head.ok:
-        _print_validation(head, path)
+        _print_invalid(head, args, path, rev, plan)
         print("unet: the repo has errors; no plan", file=sys.stderr)
         return None
     return head
@@ -94,11 +108,11 @@ def _progress(manager: str) -> engine.ProgressFactory:
 def plan(args: argparse.Namespace) -> int:
     if args.base is not None:
         return _plan_between(args)
-    head = _validated_head(args, args.path, args.rev)
+    inputs = {"head": revision_info(args.path, args.rev)}
+    head = _validated_head(args, args.path, args.rev, plan=("live", inputs))
     if head is None:
         return EXIT_ERROR
-    outcome = engine.run(head, {"head": revision_info(args.path, args.rev)},
-                         _options(args, args.path))
+    outcome = engine.run(head, inputs, _options(args, args.path))
     assert outcome.plan is not None
     unmanaged = outcome.unmanaged if args.show_unmanaged else None
     return _finish_plan(outcome.plan, args, unmanaged, outcome.reports)
@@ -110,7 +124,7 @@ def _plan_between(args: argparse.Namespace) -> int:
               "base": revision_info(args.path, args.base)}
     # Files both revisions hold are parsed once, and shared.
     parsed = parsed_files(args.path, args.max_file_size, not args.no_cache)
-    head = _validated_head(args, args.path, head_rev, parsed)
+    head = _validated_head(args, args.path, head_rev, parsed, plan=("pr", inputs))
     if head is None:
         parsed.save()
         return EXIT_ERROR

@@ -21,6 +21,8 @@ from .order import Step, order
 if TYPE_CHECKING:
     from managers.base import Exposure
 
+    from .validate import Validation
+
 FORMAT_VERSION = "1.2"
 SUPPORTED_MAJOR = 1
 ACTION_ORDER = ("delete", "replace", "create", "update", "no-op")
@@ -174,6 +176,14 @@ def build_plan(mode: str, installation: str, inputs: dict[str, Any], changes: li
     exposure = exposure_of(changes, describe, describe_before or describe)
     return Plan(mode, installation, inputs, observed, resources, changes, waves,
                 diagnostics, exposure, drift, describe=describe)
+
+
+def invalid_plan(head: Validation, mode: str, inputs: dict[str, Any]) -> Plan:
+    """What a revision with errors gives: no change, only its diagnostics."""
+    installation = next((str(m.obj.spec.installation) for m in head.manifests
+                         if m.kind == "RepositoryConfig"), "")
+    return Plan(mode, installation, inputs, [], [], [], [], list(head.diagnostics),
+                exposure_of([], PLAINLY, PLAINLY))
 
 
 def restrict_to(plan: Plan, keep: set[str]) -> Plan:

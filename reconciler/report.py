@@ -84,6 +84,30 @@ def folder_sources(root: Path) -> Sources:
     return lines
 
 
+def revision_sources(root: Path, rev: str) -> Sources:
+    """The lines of the repo's files as the Git revision `rev` holds them, each read once:
+    what was validated, whatever the working tree holds."""
+    from .load import SourceFile
+    from .validate import repo_files
+
+    files = {item.path: item for item in repo_files(root, rev, _SOURCE_LIMIT)
+             if isinstance(item, SourceFile)}
+
+    @cache
+    def lines(file: str) -> list[str] | None:
+        item = files.get(file)
+        if item is None or item.size > _SOURCE_LIMIT:
+            return None
+        return item.read().decode("utf-8", errors="replace").splitlines()
+
+    return lines
+
+
+def sources_of(root: Path, rev: str | None) -> Sources:
+    """Where diagnostics of the repo at `root` (its revision `rev`, when given) quote from."""
+    return revision_sources(root, rev) if rev else folder_sources(root)
+
+
 def render_human(diagnostics: Sequence[Diagnostic], summary: Summary, stream: TextIO,
                  prefix: str = "", colour: bool = False, sources: Sources | None = None) -> None:
     """One block per diagnostic: `file:line:col: severity CODE message` (terminals and

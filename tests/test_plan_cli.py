@@ -189,6 +189,49 @@ def test_head_with_errors_gives_no_plan(repo: Path, capsys: pytest.CaptureFixtur
     assert not saved.exists()
 
 
+def _bad_head(repo: Path) -> None:
+    """A branch `bad` whose SSH rule has `portTo: 70000`; the work tree stays at the base,
+    whose line 19 reads `portTo: 22` (as in a job that checked out the default branch)."""
+    git(repo, "checkout", "-q", "-b", "bad")
+    edit_text(repo, "tenants/acme/security-groups.yaml", "portTo: 22", "portTo: 70000")
+    commit(repo, "bad port")
+    git(repo, "checkout", "-q", "-")
+
+
+def test_diagnostics_of_a_revision_quote_its_lines_not_the_work_trees(
+        repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _bad_head(repo)
+    for argv in (["plan", "--base", "HEAD", "--head", "bad", str(repo)],
+                 ["validate", "--rev", "bad", str(repo)]):
+        code, out, _ = unet(capsys, *argv)
+        assert code == 1
+        assert "security-groups.yaml:19:7: error RULE_PORTS_INVALID" in out, out
+        assert "19 |       portTo: 70000\n" in out and "portTo: 22" not in out, out
+
+
+@pytest.mark.parametrize("fmt", ["json", "markdown", "github"])
+def test_every_format_carries_the_diagnostics_of_a_head_with_errors(
+        repo: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    """A tool asking for JSON gets a plan document, not text: `valid` false, the
+    diagnostics, no change; Markdown (the PR comment) and GitHub annotations likewise."""
+    _bad_head(repo)
+    for argv in (["plan", "--base", "HEAD", "--head", "bad"], ["plan", "--rev", "bad"]):
+        code, out, err = unet(capsys, *argv, "--format", fmt, "--manager", "ovn", str(repo))
+        assert code == 1 and "no plan" in err
+        if fmt == "json":
+            doc = json.loads(out)
+            assert doc["valid"] is False and doc["backend_changes"] == []
+            assert doc["mode"] == ("pr" if "--base" in argv else "live")
+            [diag] = [d for d in doc["diagnostics"] if d["severity"] == "error"]
+            assert (diag["code"], diag["file"], diag["line"]) == (
+                "RULE_PORTS_INVALID", "tenants/acme/security-groups.yaml", 19)
+        elif fmt == "markdown":
+            assert "RULE_PORTS_INVALID" in out and "cannot be applied" in out
+            assert "✖" not in out, "not the terminal's text"
+        else:
+            assert "::error file=" in out and "title=RULE_PORTS_INVALID" in out
+
+
 def test_shallow_clone_without_the_base(repo: Path, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     base = git(repo, "rev-parse", "HEAD")
