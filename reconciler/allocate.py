@@ -154,12 +154,21 @@ class _Allocator:
 
     def _claim(self, key: str, value: int, holders: Mapping[int, str], shown: str,
                manifest: Manifest, path: Path_) -> None:
-        """A fixed value: refused when another owner's allocation holds it."""
+        """A fixed value: refused when another owner's allocation holds it. The owner's own
+        other port (its attachments reordered) hands it over, unless that port keeps it."""
         holder = holders.get(value)
-        if holder is not None and holder != key:
+        if holder is not None and holder != key and not self._handed_over(holder, key):
             self.out.problems.append(AllocationProblem(
                 "ADDRESS_CONFLICT", f"{shown} is held by {holder_of(holder)}; an address in "
                 "use never moves to another owner", manifest, path, _HAND_OVER))
+
+    def _handed_over(self, holder: str, key: str) -> bool:
+        """Whether `holder`, a key of the same resource as `key`, lets go of its value: it
+        keeps none in this allocation (so far), or another one (it moved subnet)."""
+        if holder_of(holder) != holder_of(key):
+            return False
+        kept = self.out.values.get(holder)
+        return kept is None or kept.value != self._seen(holder)
 
     def _moved(self, key: str, shown: str, where: Manifest | None, why: str) -> None:
         """A held value the change makes unallocatable: it would move; refused instead."""

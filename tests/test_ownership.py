@@ -394,3 +394,30 @@ def test_with_prune_on_a_live_plan_says_removed_not_kept(lab: OvnLab, repo: Path
                 if r["address"] == "ComputeInstance/initech/ci-runner-1"]
     assert runner["actions"] == ["delete"] and "kept" not in runner["reason"], runner
     assert not [d for d in document["diagnostics"] if d["code"] == "PRUNE_DISABLED"]
+
+
+def test_an_owner_never_conflicts_with_itself_when_its_attachments_are_reordered(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """A VM's fixed address moves with its attachment: swapping the attachments is one
+    apply (its ports on each subnet are replaced), never ADDRESS_CONFLICT with itself."""
+    rel = "tenants/acme/compute.yaml"
+    first = {"subnet": "web", "ipAddress": "10.10.1.50", "primary": True}
+    append_doc(repo, rel, _doc("ComputeInstance", "a", {
+        "networkAttachments": [first, {"subnet": "db"}]}))
+    assert apply(tmp_path, repo).returncode == 0
+    text = (repo / rel).read_text()
+    swapped = text.replace(
+        "  - subnet: web\n    ipAddress: 10.10.1.50\n    primary: true\n  - subnet: db\n",
+        "  - subnet: db\n  - subnet: web\n    ipAddress: 10.10.1.50\n    primary: true\n")
+    assert swapped != text
+    (repo / rel).write_text(swapped)
+    code, document = plan_json(tmp_path, repo)
+    assert code == 2 and not _conflicts(document), document["diagnostics"]
+    done = apply(tmp_path, repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [port] = [r for r in rows(lab.nb_remote, "Logical_Switch_Port")
+              if "10.10.1.50" in " ".join(map(str, r["addresses"]))]
+    assert port["external_ids"]["unet:owner"] == "ComputeInstance/acme/a"
+    assert port["name"].endswith(".1"), port["name"]
+    code, document = plan_json(tmp_path, repo)
+    assert code == 0 and document["has_changes"] is False, "one apply converges"
