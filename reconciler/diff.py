@@ -14,7 +14,13 @@ from typing import Any
 from deepdiff import DeepDiff
 from deepdiff.helper import NotPresent
 
-from .objects import TAG_HASH, TAG_IMMUTABLE, BackendObject
+from .objects import (
+    TAG_HASH,
+    TAG_IMMUTABLE,
+    TAG_IMMUTABLE_FIELDS,
+    BackendObject,
+    changed_immutable_fields,
+)
 
 CREATE, UPDATE, DELETE, NOOP = "create", "update", "delete", "no-op"
 REPLACE = (DELETE, CREATE)
@@ -36,6 +42,8 @@ class Change:
     reason: str
     fields: list[FieldChange] = field(default_factory=list)
     forces: tuple[str, ...] = ()  # of a replace: what forces it ("parent", field paths)
+    # of a replace: the owner's immutable manifest fields that changed, when the rows say
+    owner_fields: tuple[str, ...] = ()
 
     @property
     def obj(self) -> BackendObject:
@@ -72,10 +80,12 @@ def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool
                           "no longer in the repo; kept: prune is off")
         return Change(have.uid, have, None, (DELETE,), "no longer in the repo")
     field_changes = _field_changes(have, want)
+    owner_fields = changed_immutable_fields(have.meta, want.meta) \
+        if have.owner == want.owner else ()
     if have.parent != want.parent:
         return Change(want.uid, have, want, REPLACE,
                       f"moves from {_parent_text(have)} to {_parent_text(want)}", field_changes,
-                      ("parent",))
+                      ("parent",), owner_fields)
     immutable_before = have.meta.get(TAG_IMMUTABLE)
     immutable_after = want.meta.get(TAG_IMMUTABLE)
     # The tag hashes the owner's immutable fields: it says something only about one owner.
@@ -86,9 +96,16 @@ def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool
         forced = tuple(c.path for c in field_changes
                        if any(c.path == f"fields.{p}" or c.path.startswith(f"fields.{p}.")
                               for p in want.immutable_fields))
-        reason = (", ".join(f.removeprefix("fields.") for f in forced) + " cannot change in "
-                  "place") if forced else f"an immutable field of {want.owner} changed"
-        return Change(want.uid, have, want, REPLACE, reason, field_changes, forced)
+        if owner_fields:
+            reason = f"{want.owner} changed {', '.join(owner_fields)}, which cannot change " \
+                     "in place"
+        elif forced:
+            reason = ", ".join(f.removeprefix("fields.") for f in forced) + \
+                " cannot change in place"
+        else:
+            reason = f"an immutable field of {want.owner} changed"
+        return Change(want.uid, have, want, REPLACE, reason, field_changes, forced,
+                      owner_fields)
     if not field_changes:
         return Change(want.uid, have, want, (NOOP,), "up to date")
     changed = ", ".join(sorted({c.path.split(".")[0] for c in field_changes}))
@@ -120,11 +137,9 @@ def _same(have: BackendObject, want: BackendObject) -> bool:
 
 
 def _unhashed(meta: Mapping[str, str]) -> Mapping[str, str]:
-    if TAG_HASH not in meta:
+    if TAG_HASH not in meta and TAG_IMMUTABLE_FIELDS not in meta:
         return meta
-    out = dict(meta)
-    del out[TAG_HASH]
-    return out
+    return {k: v for k, v in meta.items() if k not in (TAG_HASH, TAG_IMMUTABLE_FIELDS)}
 
 
 def _set_refs(obj: BackendObject) -> dict[str, tuple[str, ...]]:
@@ -134,7 +149,7 @@ def _set_refs(obj: BackendObject) -> dict[str, tuple[str, ...]]:
 def _comparable(obj: BackendObject) -> dict[str, Any]:
     content = obj.content()
     content["meta"] = {k: v for k, v in content["meta"].items()
-                       if k not in (TAG_IMMUTABLE, TAG_HASH)}
+                       if k not in (TAG_IMMUTABLE, TAG_HASH, TAG_IMMUTABLE_FIELDS)}
     return content
 
 
@@ -161,9 +176,10 @@ def _cascade_replacements(changes: dict[str, Change]) -> None:
             if change.is_replace or change.before is None or DELETE in change.actions:
                 continue
             # A row kept because prune is off (no `after`) would vanish too: recreate it as is.
+            parent = changes[uid].obj
             changes[child] = Change(child, change.before, change.after or change.before, REPLACE,
-                                    f"its parent {uid.split(':', 1)[1]} is replaced",
-                                    change.fields)
+                                    f"{parent.owner} is replaced, and with it its "
+                                    f"{parent.key}", change.fields)
             pending.append(child)
     _refresh_references(changes)
 

@@ -22,6 +22,14 @@ TAG_KEY = "unet:key"
 TAG_HASH = "unet:hash"
 #: Hash of the owner's immutable fields: when it changes, the row is replaced.
 TAG_IMMUTABLE = "unet:immutable"
+#: The owner's immutable manifest fields, each with a short hash of its value
+#: (`spec.ipv4Cidr=1a2b3c;spec.virtualNetwork=4d5e6f`): what tells a plan against the
+#: backends which field of the manifest forces a replace. Written with the row, never a
+#: reason to write it: not part of the row's content, so rows written before it existed
+#: stay as they are (their replaces are then explained in the backend's terms).
+TAG_IMMUTABLE_FIELDS = "unet:immutable-fields"
+#: Tags that are not part of a row's content (its hash and digests leave them out).
+_NOT_CONTENT = frozenset({TAG_HASH, TAG_IMMUTABLE_FIELDS})
 #: "true" on rows of resources annotated network.osac.io/prevent-destroy.
 TAG_PROTECTED = "unet:protected"
 #: Prefix of tags recording the allocations a row uses (principle 2).
@@ -99,7 +107,7 @@ class BackendObject:
             "fields": dict(self.fields),
             "refs": {k: list(v) for k, v in sorted(self.refs.items()) if v},
             "parent": list(self.parent) if self.parent else None,
-            "meta": {k: v for k, v in sorted(self.meta.items()) if k != TAG_HASH},
+            "meta": {k: v for k, v in sorted(self.meta.items()) if k not in _NOT_CONTENT},
         }
 
     @property
@@ -115,6 +123,30 @@ def immutable_tag(values: Any) -> str:
     immutable fields, or the part of them the row stands for). The differ replaces a row
     whose tag changes while its owner stays the same."""
     return content_hash(values)
+
+
+def immutable_fields_tag(values: Mapping[str, Any]) -> str:
+    """TAG_IMMUTABLE_FIELDS of a row whose owner's immutable fields are `values` (path →
+    value, as models.immutable_values gives them); fields without a value are left out."""
+    return ";".join(f"{path}={content_hash(value)[:6]}"
+                    for path, value in sorted(values.items()) if value is not None)
+
+
+def changed_immutable_fields(before: Mapping[str, str], after: Mapping[str, str]
+                             ) -> tuple[str, ...]:
+    """The immutable manifest fields whose values differ between two rows of one owner, as
+    their TAG_IMMUTABLE_FIELDS record them (`before` and `after` are their tags); () when
+    a row does not record them (written before the tag existed)."""
+    old, new = before.get(TAG_IMMUTABLE_FIELDS), after.get(TAG_IMMUTABLE_FIELDS)
+    if old is None or new is None:
+        return ()
+    was, now = _field_hashes(old), _field_hashes(new)
+    return tuple(sorted(path for path in was.keys() | now.keys()
+                        if was.get(path) != now.get(path)))
+
+
+def _field_hashes(tag: str) -> dict[str, str]:
+    return dict(part.rpartition("=")[::2] for part in tag.split(";") if part)
 
 
 #: json.dumps with these options would build an encoder per call; the desired state's

@@ -33,10 +33,12 @@ from .model import Model
 from .models import WORKLOAD_KINDS, immutable_values
 from .objects import (
     TAG_IMMUTABLE,
+    TAG_IMMUTABLE_FIELDS,
     TAG_PROTECTED,
     BackendObject,
     Held,
     content_hash,
+    immutable_fields_tag,
     immutable_tag,
     index_objects,
 )
@@ -50,6 +52,7 @@ from .plan import (
     group_by_owner,
     legacy_desired_digest,
     protected_destroys,
+    replaced_fields,
     replaced_rows_reason,
     resource_actions,
 )
@@ -235,8 +238,10 @@ def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
     for obj in objects:
         if obj.owner not in tags:
             owner = owners.get(obj.owner)
+            values = immutable_values(owner.obj) if owner is not None else {}
             tags[obj.owner] = {} if owner is None else {
-                TAG_IMMUTABLE: immutable_tag(immutable_values(owner.obj)),
+                TAG_IMMUTABLE: immutable_tag(values),
+                **({TAG_IMMUTABLE_FIELDS: immutable_fields_tag(values)} if values else {}),
                 **({TAG_PROTECTED: "true"} if owner.obj.prevent_destroy else {})}
         meta = {**tags[obj.owner], **obj.meta}
         out.append(BackendObject(obj.manager, obj.table, obj.key, obj.owner, obj.fields,
@@ -337,6 +342,8 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     resources = _live_resources(changes, head_manifests, describe)
     diagnostics = [_prune_disabled(head_manifests.get(r.address), r.address)
                    for r in resources if r.reason.startswith("kept")]
+    diagnostics += [_immutable_changed(head_manifests[r.address], r.fields)
+                    for r in resources if r.fields and r.address in head_manifests]
     diagnostics += _safety(changes, desired, observed, {}, head_manifests)
     diagnostics += _unobserved(observations, desired.model)
     diagnostics += _conflicts(observations, changes)
@@ -418,7 +425,7 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest],
                 and not any(DELETE in c.actions for c in owned):  # prune is off: kept
             kept = "kept: removed from the repo, but prune is off"
             reason = kept if actions == (NOOP,) else f"{kept}; {reason}"
-        out.append(ResourcePlan(address, actions, reason, owned))
+        out.append(ResourcePlan(address, actions, reason, owned, replaced_fields(owned)))
     return out
 
 
@@ -509,11 +516,29 @@ def _resource(address: str, rows: list[Change], before: Manifest | None,
     if not unchanged_rows:
         row_changes = [c for c in rows if c.actions != (NOOP,)]
         tables = sorted({c.obj.table for c in row_changes})
-        why = "changed in the repo" if before.obj != after.obj else "depends on a change"
+        why = f"changed in the repo ({_changed_fields(before, after)})" \
+            if before.obj != after.obj else "depends on a change"
         return ResourcePlan(address, (UPDATE,), f"{why}: {', '.join(tables)} rows change", rows)
     if before.obj != after.obj:
-        return ResourcePlan(address, (UPDATE,), "changed in the repo; no backend change", rows)
+        return ResourcePlan(address, (UPDATE,), f"changed in the repo "
+                            f"({_changed_fields(before, after)}); no backend change", rows)
     return ResourcePlan(address, (NOOP,), "up to date", rows)
+
+
+_SHOWN_FIELDS = 5
+
+
+def _changed_fields(before: Manifest, after: Manifest) -> str:
+    """The manifest fields that differ, as the manifests spell them (`spec.ingress.2.portTo`)."""
+    from deepdiff import DeepDiff
+
+    delta = DeepDiff(before.obj.model_dump(by_alias=True, exclude_none=True),
+                     after.obj.model_dump(by_alias=True, exclude_none=True), view="tree")
+    paths = sorted({".".join(str(part) for part in item.path(output_format="list"))
+                    for report in delta.values() for item in report})
+    shown = ", ".join(paths[:_SHOWN_FIELDS])
+    return shown + (f" and {len(paths) - _SHOWN_FIELDS} more" if len(paths) > _SHOWN_FIELDS
+                    else "")
 
 
 def _new_reason(manifest: Manifest, rows: list[Change]) -> str:

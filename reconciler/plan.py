@@ -196,7 +196,8 @@ def restrict_to(plan: Plan, keep: set[str]) -> Plan:
             changes.append(Change(change.uid, change.before, change.before, (NOOP,),
                                   "not drift: left for a normal apply"))
     owners = group_by_owner(changes)
-    resources = [ResourcePlan(address, *resource_actions(rows, plan.describe), rows)
+    resources = [ResourcePlan(address, *resource_actions(rows, plan.describe), rows,
+                              replaced_fields(rows))
                  for address, rows in sorted(owners.items())]
     waves = order(changes)
     return Plan(plan.mode, plan.installation, {**plan.inputs, "refresh_only": True},
@@ -223,9 +224,18 @@ def resource_actions(rows: list[Change], describe: Describe) -> tuple[tuple[str,
     if kinds <= {(DELETE,), (NOOP,)} and all(c.after is None for c in rows):
         return (DELETE,), "no longer in the repo"
     if any(c.is_replace for c in rows):
+        fields = replaced_fields(rows)
+        if fields:
+            return REPLACE, "immutable fields changed: " + ", ".join(fields)
         return REPLACE, replaced_rows_reason(rows, describe)
     changed = sorted({c.obj.table for c in rows if c.actions != (NOOP,)})
     return (UPDATE,), "backend rows change: " + ", ".join(changed)
+
+
+def replaced_fields(rows: list[Change]) -> list[str]:
+    """The manifest fields of the rows' owner whose change replaces them, as far as the
+    backend's rows record them (TAG_IMMUTABLE_FIELDS)."""
+    return sorted({path for c in rows if c.is_replace for path in c.owner_fields})
 
 
 def replaced_rows_reason(rows: list[Change], describe: Describe) -> str:

@@ -76,7 +76,8 @@ def _change_lines(change: dict[str, Any]) -> list[str]:
                 continue  # bookkeeping tags: in the JSON plan, not worth a reader's time
             marker = "  # forces replacement" if field["path"] in forces else ""
             lines.append("    " + _field_line(field) + marker)
-        if action == "replace" or change["drift"] or len(lines) == 1:
+        moved = "parent" in forces  # its line above says it all
+        if (action == "replace" and not moved) or change["drift"] or len(lines) == 1:
             lines.append(f"    # {change['reason']}")
     elif change["unknown"]:
         lines.append(f"    # known after apply: {', '.join(change['unknown'])}")

@@ -225,8 +225,9 @@ def test_change_immutable_subnet_cidr(tmp_path: Path, example: Validation) -> No
     # The cluster on it is replaced too: its port is recreated in the new switch.
     k1 = resource(doc, "Cluster/acme/k1")
     assert k1["actions"] == ["delete", "create"] and k1["replaced_by_fields"] == []
-    assert k1["reason"] == ("Logical_Switch_Port unet.acme.cluster.k1.0 must be recreated: its "
-                            "parent Logical_Switch/acme/nodes is replaced")
+    assert k1["reason"] == ("Logical_Switch_Port unet.acme.cluster.k1.0 must be recreated: "
+                            "Subnet/acme/nodes is replaced, and with it its "
+                            "Logical_Switch/acme/nodes")
     assert doc["counts"]["replace"] == 2 and doc["counts"]["delete"] == 0
     [warning] = codes(doc, "IMMUTABLE_CHANGED")
     assert warning["severity"] == "warning"
@@ -308,7 +309,7 @@ def test_a_tenant_joins_a_provider_network(tmp_path: Path, example: Validation) 
         "VirtualNetwork/initech/lab-b", "Subnet/initech/hosts", "SecurityGroup/initech/nas",
         "ComputeInstance/initech/nas-client", "ProviderNetwork/storage-b"}
     storage = resource(doc, "ProviderNetwork/storage-b")
-    assert storage["reason"] == "changed in the repo; no backend change"
+    assert storage["reason"] == "changed in the repo (spec.tenants.1); no backend change"
     assert all(c["actions"] == ["no-op"] for c in changes_of(doc, "ProviderNetwork/storage-b"))
     [port] = [c for c in changes_of(doc, "ComputeInstance/initech/nas-client")
               if c["key"].endswith("/nas-client/1")]

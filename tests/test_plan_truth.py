@@ -176,6 +176,36 @@ def test_a_nic_moved_to_another_subnet_replaces_its_workload(
     assert "Plan: 0 to delete, 1 to replace" in text
 
 
+def test_every_plan_names_the_manifest_fields_that_force_a_replace(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """The reviewer wrote manifest fields: the plan against the backends names them as the
+    plan between revisions does (the rows record which field each hash covers), not only
+    the OVN rows; the parent a row moves from is shown once."""
+    assert apply(tmp_path, repo).returncode == 0
+    _commit(repo)
+    edit_text(repo, "tenants/globex/baremetal.yaml", "interface: eno2\n      subnet: app",
+              "interface: eno2\n      subnet: data")
+    edit_text(repo, NETWORK, "ipv4Cidr: 10.10.8.0/22", "ipv4Cidr: 10.10.12.0/22")
+    for mode, document in _plans(tmp_path, repo).items():
+        metal = _resource(document, "BaremetalInstance/globex/db-metal")
+        assert metal["replaced_by_fields"] == ["spec.networkAttachments.1.subnet"], mode
+        nodes = _resource(document, "Subnet/acme/nodes")
+        assert nodes["replaced_by_fields"] == ["spec.ipv4Cidr"], mode
+        assert nodes["reason"] == "immutable fields changed: spec.ipv4Cidr", mode
+        warned = {(d["code"], d["path"]) for d in document["diagnostics"]}
+        assert ("IMMUTABLE_CHANGED", "/spec/ipv4Cidr") in warned, mode
+        assert ("IMMUTABLE_CHANGED", "/spec/networkAttachments/1/subnet") in warned, mode
+    text = plan(tmp_path, repo, "--manager", "ovn").stdout
+    assert "-/+ Subnet/acme/nodes must be replaced  (immutable fields changed: " \
+           "spec.ipv4Cidr)" in text
+    assert "# Subnet/acme/nodes changed spec.ipv4Cidr, which cannot change in place" in text
+    assert "an immutable field of" not in text
+    assert "-/+ Cluster/acme/k1 must be replaced  (Logical_Switch_Port unet.acme.cluster.k1.0 " \
+           "must be recreated: Subnet/acme/nodes is replaced, and with it its " \
+           "Logical_Switch/acme/nodes)" in text
+    assert text.count("Logical_Switch/globex/app → Logical_Switch/globex/data") == 1, text
+
+
 def test_an_mtu_change_replaces_the_hosting_clusters_network(example_copy: Path,
                                                              tmp_path: Path) -> None:
     _commit(example_copy)
