@@ -120,3 +120,23 @@ def test_a_run_that_waits_for_the_lock_says_for_whom_at_once_and_every_ten_secon
                 assert first.wait(timeout=30) == 1  # cancelled at the prompt
     finally:
         os.close(controller)
+
+
+def test_a_run_that_another_run_took_over_from_never_clears_its_holder_tag(
+        lab: OvnLab) -> None:
+    """In a cluster, two runs can each hold the lock on their own member; the one that was
+    taken over from must not, on letting go, clear the holder tag the other run set (it
+    is what waiting runs read to say for whom they wait)."""
+    from managers.ovn.fence import GENERATION_TAG, LOCK_HOLDER_TAG, Fence
+    from managers.ovn.rpc import Rpc, Timeouts
+
+    fence = Fence(lambda: Rpc(lab.nb_remote, Timeouts(), None), "took-over")
+    fence.acquire(5.0)
+    holder, generation = LOCK_HOLDER_TAG + fence.name, GENERATION_TAG + "took-over"
+    assert fence.tags()[1][holder].startswith(fence.me)
+    # What the other run writes when it takes over on its own member.
+    lab.nbctl("set", "NB_Global", ".", f'external_ids:"{holder}"="build-9 pid 7"',
+              f'external_ids:"{generation}"="theirs"')
+    fence.release()
+    assert lab.nbctl("get", "NB_Global", ".", f'external_ids:"{holder}"').strip() == \
+        '"build-9 pid 7"'

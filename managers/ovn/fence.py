@@ -173,22 +173,26 @@ class Fence:
         self.row, self.generation = self.tags(again=False)[0], generation
 
     def release(self) -> None:
-        """Clear the holder tag and give the lock back (best effort: a lost connection has
-        given it back already)."""
+        """Clear the holder tag, unless another run took over (its generation is not this
+        run's: the tag is that run's now), and give the lock back (best effort: a lost
+        connection has given it back already)."""
         if not self.held:
             return
         self.held = False
         try:
             if self._rpc is not None and self.name in self._rpc.locks:
-                self._set({LOCK_HOLDER_TAG + self.name: None}, "lets go of the lock")
+                self._set({LOCK_HOLDER_TAG + self.name: None}, "lets go of the lock",
+                          still_ours=self.generation is not None)
                 self._rpc.unlock(self.name)
         except (ConnectionLost, OvnError):
             self.close()
 
-    def _set(self, tags: dict[str, str | None], what: str) -> None:
-        """Set (None: clear) NB_Global tags, asserting only the lock."""
+    def _set(self, tags: dict[str, str | None], what: str, still_ours: bool = False) -> None:
+        """Set (None: clear) NB_Global tags, asserting the lock (and with `still_ours`, that
+        the generation is still the one this run set)."""
         row, _tags = self.tags(again=False)
         operations: list[dict[str, Any]] = [{"op": "assert", "lock": self.name},
+                                            *([self._still()] if still_ours else []),
                                             self._comment(what)]
         if row is None:
             operations.append({"op": "insert", "table": "NB_Global", "row": {
