@@ -35,8 +35,8 @@ OPEN = "unet_reconcile_endpoints_open_connections"
 
 
 @contextlib.contextmanager
-def served(folder: Path) -> Iterator[Endpoints]:
-    endpoints = listen(Metrics(), "127.0.0.1", 0, folder, SECRET)
+def served(folder: Path, address: str = "127.0.0.1") -> Iterator[Endpoints]:
+    endpoints = listen(Metrics(), address, 0, folder, SECRET)
     try:
         yield endpoints
     finally:
@@ -76,11 +76,11 @@ def closed_by_server(conn: socket.socket) -> bool:
         return True
 
 
-def healthz_seconds(port: int) -> float:
+def healthz_seconds(port: int, host: str = "127.0.0.1") -> float:
     """How long `/healthz` took to answer 200 (it must within the kubelet's 1 s)."""
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
+        with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=1) as response:
             assert response.status == 200
     except OSError as exc:
         raise AssertionError(f"/healthz unanswered after {time.monotonic() - started:.1f} "
@@ -182,4 +182,14 @@ def test_an_oversized_head_or_body_is_refused_at_once(tmp_path: Path) -> None:
         assert answer.startswith(b"HTTP/1.0 413 "), answer[:200]
         assert healthz_seconds(endpoints.port) < 1.0
         assert metric(metrics(endpoints.port), CLOSED, reason="too_large") == 4
+
+
+def test_an_ipv6_address_serves_both_families(tmp_path: Path) -> None:
+    """`--metrics-address ::` (an IPv6-only or dual-stack cluster's pods): the kubelet may
+    probe either address family of the pod."""
+    with served(tmp_path, "::") as endpoints:
+        assert healthz_seconds(endpoints.port, "[::1]") < 1.0
+        assert healthz_seconds(endpoints.port, "127.0.0.1") < 1.0
+    with served(tmp_path, "::1") as endpoints:
+        assert healthz_seconds(endpoints.port, "[::1]") < 1.0
 

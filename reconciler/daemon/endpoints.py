@@ -110,6 +110,7 @@ def listen(metrics: Metrics, address: str, port: int, state_dir: Path,
         [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, env=env)
+    where = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
     config = {"address": address, "port": port,
               "secret": webhook_secret.hex() if webhook_secret is not None else None}
     _stdin(process).write(json.dumps(config).encode() + b"\n")
@@ -118,7 +119,7 @@ def listen(metrics: Metrics, address: str, port: int, state_dir: Path,
     if not answer.startswith("listening "):
         process.kill()
         process.wait()
-        raise UnetError(f"cannot listen on {address}:{port}: "
+        raise UnetError(f"cannot listen on {where}: "
                         f"{answer.removeprefix('error ') or 'the endpoints did not start'}")
     endpoints = Endpoints(process, int(answer.split()[1]))
     endpoints.publish(metrics)
@@ -364,11 +365,17 @@ def _server() -> type[ThreadingHTTPServer]:
         request_queue_size = 128  # connections the kernel holds until they are accepted
 
         def __init__(self, address: tuple[str, int], handler: type, served: _Served) -> None:
+            self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
             self.served = served
             self.open: dict[socket.socket, None] = {}  # oldest first
             self.guard = threading.Lock()
             super().__init__(address, handler)
             served.open.set_function(lambda: len(self.open))
+
+        def server_bind(self) -> None:
+            if self.address_family == socket.AF_INET6:  # `::` takes IPv4 clients too
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            super().server_bind()
 
         def process_request(self, request: Any, client_address: Any) -> None:
             with self.guard:
