@@ -48,6 +48,7 @@ from .support.ovnrun import (
     unet,
     wait_for_text,
 )
+from .support.pki import Authority
 
 # --- 1. the example repo, applied -----------------------------------------------------------
 
@@ -550,21 +551,6 @@ def _set_ssl_config(repo: Path, key: Path, cert: Path, ca: Path) -> None:
                                      f"    sslCert: {cert}\n    sslCaCert: {ca}\n", 1))
 
 
-def _make_certificates(folder: Path) -> None:
-    """A CA, and a server and a client certificate it signed (EC keys: fast)."""
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder)
-
-    folder.mkdir(parents=True, exist_ok=True)
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=unet test CA")
-    for name in ("server", "client"):
-        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2")
-
-
 def test_connection_strings(example_copy: Path, tmp_path: Path) -> None:
     # tcp: a port the server chose itself (a fixed port could be someone else's).
     tcp_repo = tmp_path / "tcp-repo"
@@ -578,22 +564,20 @@ def test_connection_strings(example_copy: Path, tmp_path: Path) -> None:
         assert len(ours(remote, "Logical_Switch_Port")) > 10
         assert_noop(tmp_path, tcp_repo)
 
-    # ssl: certificates of a CA made here, on both sides.
-    certs = tmp_path / "pki"
-    _make_certificates(certs)
+    # ssl: certificates of a CA made here, on both sides (the server's names 127.0.0.1).
+    authority = Authority(tmp_path / "pki", "unet test CA")
+    server, client = authority.issue("server", "server"), authority.issue("client")
     ssl_repo = tmp_path / "ssl-repo"
     shutil.copytree(example_copy, ssl_repo)
-    with ovsdb_server(tmp_path / "ssl", "pssl:0:127.0.0.1",
-                      f"--private-key={certs / 'server.key'}",
-                      f"--certificate={certs / 'server.pem'}",
-                      f"--ca-cert={certs / 'ca.pem'}") as log:
+    with ovsdb_server(tmp_path / "ssl", "pssl:0:127.0.0.1", f"--private-key={server.key}",
+                      f"--certificate={server.cert}", f"--ca-cert={server.ca_cert}") as log:
         port = listening_port(log)
         remote = f"ssl:127.0.0.1:{port}"
-        nbctl_ssl = ["ovn-nbctl", f"--db={remote}", f"--private-key={certs / 'client.key'}",
-                     f"--certificate={certs / 'client.pem'}", f"--ca-cert={certs / 'ca.pem'}"]
+        nbctl_ssl = ["ovn-nbctl", f"--db={remote}", f"--private-key={client.key}",
+                     f"--certificate={client.cert}", f"--ca-cert={client.ca_cert}"]
         subprocess.run([*nbctl_ssl, "init"], check=True)
         use_northbound(ssl_repo, remote)
-        _set_ssl_config(ssl_repo, certs / "client.key", certs / "client.pem", certs / "ca.pem")
+        _set_ssl_config(ssl_repo, client.key, client.cert, client.ca_cert)
         result = apply(tmp_path, ssl_repo)
         assert result.returncode == 0, result.stdout + result.stderr
         shown = subprocess.run([*nbctl_ssl, "show"], capture_output=True, text=True,

@@ -1,9 +1,10 @@
-"""ssl: Northbound remotes: client certificates, clear errors, and certificates per manager.
+"""ssl: Northbound remotes: client certificates, the server's name, clear errors, and
+certificates per manager.
 
-Every server here is an ovsdb-server listening on pssl:0:127.0.0.1 (the port it chose is read
-from its log) with a certificate of a CA made in the test; like every OVS TLS server, it
-requires a client certificate signed by the CA it trusts. Each also listens on a unix
-socket, for reading its rows with ovn-nbctl.
+Every server here is an ovsdb-server listening on pssl:0:127.0.0.1 (or another loopback
+address; the port it chose is read from its log) with a certificate of a CA made in the
+test; like every OVS TLS server, it requires a client certificate signed by the CA it
+trusts. Each also listens on a unix socket, for reading its rows with ovn-nbctl.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import contextlib
 import re
 import shutil
 import socket
-import ssl
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,6 +25,9 @@ from .conftest import use_northbound
 from .support.ovnrun import apply, listening_port, ours, ovsdb_server, plan, unet
 from .support.pki import EXPIRED, Authority, Identity
 from .test_plan_golden import edit_text
+
+if TYPE_CHECKING:
+    from managers.ovn.tls import TlsClient
 
 #: A TLS failure is told at once; generous for a loaded machine, far below any timeout.
 QUICK = 10.0
@@ -40,15 +44,17 @@ def ca_b(tmp_path: Path) -> Authority:
 
 
 @contextlib.contextmanager
-def tls_server(folder: Path, server: Identity) -> Iterator[tuple[str, str]]:
-    """An ovsdb-server with `server`'s certificate, trusting `server`'s CA for clients;
-    yields its ssl: remote and a unix: remote for reading it."""
+def tls_server(folder: Path, server: Identity, address: str = "127.0.0.1"
+               ) -> Iterator[tuple[str, str]]:
+    """An ovsdb-server with `server`'s certificate, trusting `server`'s CA for clients,
+    listening on `address`; yields its ssl: remote and a unix: remote for reading it."""
     sock = folder / "nb.sock"
-    with ovsdb_server(folder, "pssl:0:127.0.0.1", f"--remote=punix:{sock}",
+    host = f"[{address}]" if ":" in address else address
+    with ovsdb_server(folder, f"pssl:0:{host}", f"--remote=punix:{sock}",
                       f"--private-key={server.key}", f"--certificate={server.cert}",
                       f"--ca-cert={server.ca_cert}") as log:
         subprocess.run(["ovn-nbctl", f"--db=unix:{sock}", "init"], check=True)
-        yield f"ssl:127.0.0.1:{listening_port(log)}", f"unix:{sock}"
+        yield f"ssl:{host}:{listening_port(log)}", f"unix:{sock}"
 
 
 def use_tls(repo: Path, client: Identity, manager_anchor: str = "    gatewayChassis: [gw-1]\n"
@@ -107,6 +113,12 @@ def test_two_ovn_managers_each_with_its_own_ca_and_certificate_in_one_run(
         assert planned.returncode == 0, planned.stdout + planned.stderr
 
 
+def use_server_name(repo: Path, name: str) -> None:
+    """The name the OVN manager's servers' certificates must hold (`use_tls` first)."""
+    edit_text(repo, "provider/managers.yaml", "    sslCaCert: ",
+              f"    serverName: {name}\n    sslCaCert: ")
+
+
 def _fails_quickly(cwd: Path, repo: Path, command: str = "apply") -> str:
     started = time.monotonic()
     result = apply(cwd, repo) if command == "apply" else plan(cwd, repo)
@@ -161,14 +173,14 @@ def test_the_tls_handshake_is_bounded_by_the_connect_timeout(ca_a: Authority) ->
         started = time.monotonic()
         with pytest.raises(TlsFailed, match=re.escape(f"TLS handshake with {remote} timed "
                                                       "out after 1 s")):
-            open_stream(remote, 1.0, client_context(ca_a.issue("client")))
+            open_stream(remote, 1.0, client_tls(ca_a.issue("client")))
         assert time.monotonic() - started < 3
 
 
-def client_context(client: Identity) -> ssl.SSLContext:
-    from managers.ovn.tls import TlsFiles
+def client_tls(client: Identity) -> TlsClient:
+    from managers.ovn.tls import TlsClient, TlsFiles
 
-    return TlsFiles(str(client.key), str(client.cert), str(client.ca_cert)).context()
+    return TlsClient(TlsFiles(str(client.key), str(client.cert), str(client.ca_cert)))
 
 
 def test_missing_or_unusable_tls_files_are_named_before_connecting(
@@ -199,3 +211,96 @@ def test_missing_or_unusable_tls_files_are_named_before_connecting(
     assert result.returncode == 1
     assert "PLUGIN_CONFIG_INVALID plugin 'ovn' rejected its config: 'sslKey' is a required " \
            "property" in result.stdout + result.stderr
+
+
+def _copy(example: Path, folder: Path, remote: str, client: Identity,
+          server_name: str | None = None) -> Path:
+    """A copy of the example whose OVN manager reaches `remote` as `client`."""
+    shutil.copytree(example, folder)
+    use_northbound(folder, remote)
+    use_tls(folder, client)
+    if server_name is not None:
+        use_server_name(folder, server_name)
+    return folder
+
+
+def test_a_certificate_of_the_ca_for_another_name_is_refused_naming_both(
+        example_copy: Path, ca_a: Authority, tmp_path: Path) -> None:
+    """Any certificate the CA signed (another Northbound's, a chassis's) could pose as this
+    Northbound while only the CA was checked: the certificate must name the remote's host,
+    or serverName when set."""
+    client = ca_a.issue("client")
+    other = ca_a.issue("other-nb", "server", names=("DNS:nb-b.example.net", "IP:10.0.0.6"))
+    with tls_server(tmp_path / "nb", other) as (remote, local):
+        cases = {  # serverName → the name expected, as the error says it
+            None: "IP:127.0.0.1 (the remote's host)",
+            "nb-a.example.net": "DNS:nb-a.example.net (serverName)",
+        }
+        for index, (server_name, expected) in enumerate(cases.items()):
+            repo = _copy(example_copy, tmp_path / f"repo-{index}", remote, client, server_name)
+            for command in ("apply", "plan"):
+                message = _fails_quickly(tmp_path, repo, command)
+                assert f"unet: TLS handshake with {remote} failed: the server's certificate " \
+                       f"is for DNS:nb-b.example.net, IP:10.0.0.6, not {expected}" in message, \
+                    message
+                assert "serverName" in message.split(expected, 1)[1], message
+        assert ours(local, "Logical_Switch") == []
+
+        repo = _copy(example_copy, tmp_path / "repo-named", remote, client, "nb-b.example.net")
+        applied = apply(tmp_path, repo)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert ours(local, "Logical_Switch") != []
+
+
+def test_a_certificate_naming_the_host_is_accepted_by_name_or_address(
+        example_copy: Path, ca_a: Authority, tmp_path: Path) -> None:
+    """A DNS name (`localhost`, resolved by the system), an IPv4 and an IPv6 address, each as
+    the certificate's subjectAltName holds it."""
+    client = ca_a.issue("client")
+    server = ca_a.issue("nb", "server", names=("DNS:localhost", "IP:127.0.0.1", "IP:::1"))
+    with tls_server(tmp_path / "nb4", server) as (remote4, local4), \
+            tls_server(tmp_path / "nb6", server, "::1") as (remote6, local6):
+        port4 = remote4.rsplit(":", 1)[1]
+        for index, remote in enumerate((f"ssl:localhost:{port4}", remote4, remote6)):
+            repo = _copy(example_copy, tmp_path / f"repo-{index}", remote, client)
+            applied = apply(tmp_path, repo)
+            assert applied.returncode == 0, (remote, applied.stdout + applied.stderr)
+        assert ours(local4, "Logical_Switch") != [] and ours(local6, "Logical_Switch") != []
+
+
+def test_each_member_of_a_cluster_is_checked_against_its_own_host(
+        example_copy: Path, ca_a: Authority, tmp_path: Path) -> None:
+    """Clustered remotes: the member connected to (here the second, the first being down)
+    must hold its own host's name, not the first member's."""
+    client = ca_a.issue("client")
+    its_own = ca_a.issue("nb-2", "server", names=("IP:127.0.0.2",))
+    the_first = ca_a.issue("nb-1", "server", names=("IP:127.0.0.1",))
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        down = f"ssl:127.0.0.1:{probe.getsockname()[1]}"  # nothing listens there after
+    with tls_server(tmp_path / "nb-2", its_own, "127.0.0.2") as (remote, local), \
+            tls_server(tmp_path / "nb-2b", the_first, "127.0.0.2") as (impostor, _local):
+        repo = _copy(example_copy, tmp_path / "repo-own", f"{down},{remote}", client)
+        applied = apply(tmp_path, repo)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert ours(local, "Logical_Switch") != []
+
+        repo = _copy(example_copy, tmp_path / "repo-impostor", f"{down},{impostor}", client)
+        message = _fails_quickly(tmp_path, repo, "plan")
+        # Without a DNS name in subjectAltName, its common name counts as one (as OpenSSL has it).
+        assert f"unet: TLS handshake with {impostor} failed: the server's certificate is for " \
+               "IP:127.0.0.1, CN=nb-1, not IP:127.0.0.2 (the remote's host)" in message, message
+
+
+def test_server_name_is_a_host_name_or_an_address(example_copy: Path, ca_a: Authority,
+                                                  tmp_path: Path) -> None:
+    client = ca_a.issue("client")
+    for index, name in enumerate(("nb-a.example.net", "10.0.0.5", "'fd00::5'", "'nb a!'")):
+        repo = _copy(example_copy, tmp_path / f"repo-{index}", "ssl:127.0.0.1:9", client, name)
+        result = unet(tmp_path, "validate", str(repo))
+        if name != "'nb a!'":
+            assert result.returncode == 0, (name, result.stdout + result.stderr)
+            continue
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "PLUGIN_CONFIG_INVALID plugin 'ovn' rejected its config: 'nb a!' is not " \
+               "valid" in result.stdout, result.stdout
+        assert "(/spec/config/serverName)" in result.stdout, result.stdout

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import ssl
+import ipaddress
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, ValidationInfo, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from managers.base import (
@@ -31,11 +31,16 @@ if TYPE_CHECKING:
 
     from .live import Northbound, OvnObservation
     from .rpc import Timeouts
-    from .tls import TlsFiles
+    from .tls import TlsClient, TlsFiles
     from .watch import OvnWatch
 
 _Name = Annotated[str, Field(min_length=1, max_length=63)]
 _REMOTE = r"((tcp|ssl):[^,]+:[0-9]+|unix:[^,]+)"
+_ENV = r"\$\{[A-Za-z_][A-Za-z0-9_]*\}"
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_IPV6 = r"[0-9A-Fa-f]{0,4}(:[0-9A-Fa-f]{0,4}){2,7}"  # roughly: the run checks it (_server_name)
+#: What a certificate names a server by: a DNS name, an IPv4 or an IPv6 address; or ${ENV}.
+_SERVER_NAME = rf"^({_LABEL}(\.{_LABEL})*\.?|{_IPV6}|{_ENV})$"
 
 
 class OvnConfig(ManagerConfig):
@@ -50,12 +55,28 @@ class OvnConfig(ManagerConfig):
                                                    "ssl: remotes")
     ssl_ca_cert: str | None = Field(None, description="CA certificate file (PEM) that the "
                                                       "servers' certificates are signed by")
+    server_name: str | None = Field(
+        None, pattern=_SERVER_NAME, max_length=253,
+        description="The name (DNS name or IP address) every ssl: server's certificate must "
+                    "hold; default: the host of each ssl: remote")
 
     # `unet validate`: an ssl: remote needs the three files (their paths may be ${ENV}).
     model_config = ConfigDict(json_schema_extra={
         "if": {"properties": {"northbound": {"pattern": "(^|,)ssl:"}},
                "required": ["northbound"]},
         "then": {"required": ["sslKey", "sslCert", "sslCaCert"]}})
+
+    @field_validator("server_name")
+    @classmethod
+    def _server_name(cls, value: str | None) -> str | None:
+        """A name with colons is an IPv6 address (the schema's pattern only resembles one)."""
+        if value is not None and ":" in value and "${" not in value:
+            try:
+                ipaddress.IPv6Address(value)
+            except ValueError as exc:
+                raise PydanticCustomError("server_name", "serverName {value} is not an IPv6 "
+                                          "address", {"value": value}) from exc
+        return value
 
     @model_validator(mode="after")
     def _tls_files(self, info: ValidationInfo) -> OvnConfig:
@@ -137,17 +158,17 @@ class OvnManager(Manager):
             stack.callback(nb.close)
             yield OvnSession(nb, self.manager, self.installation)
 
-    def _tls(self, remote: str) -> ssl.SSLContext | None:
-        """This manager's own TLS context for its ssl: servers (tls.py: the OVS library's
-        SSL settings are one per process)."""
+    def _tls(self, remote: str) -> TlsClient | None:
+        """This manager's own TLS for its ssl: servers (tls.py: the OVS library's SSL
+        settings are one per process)."""
         from .fence import OvnError
-        from .tls import TlsConfigError, ssl_members
+        from .tls import TlsClient, TlsConfigError, ssl_members
 
         files = self.config.tls_files()
         if files is None or not ssl_members(remote):
             return None
         try:
-            return files.context()
+            return TlsClient(files, self.config.server_name)
         except TlsConfigError as exc:
             raise OvnError(f"NetworkManager {self.manager}: {exc}") from exc
 

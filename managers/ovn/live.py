@@ -19,7 +19,6 @@ back), which cost more than the server's own work.
 from __future__ import annotations
 
 import contextlib
-import ssl
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +39,7 @@ from reconciler.order import Step
 from .fence import ConcurrentWrite, Fence, Interrupted, LockTimeout, OvnError
 from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
 from .rpc import ConnectionLost, Rpc, Timeouts, TlsFailed
+from .tls import TlsClient
 
 __all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "OvnError", "OvnObservation"]
 
@@ -74,8 +74,8 @@ class Northbound:
     """One connection to an OVN Northbound database."""
 
     def __init__(self, remote: str, timeouts: Timeouts | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
-        """`tls`: this manager's context for ssl: remotes (tls.py)."""
+                 tls: TlsClient | None = None) -> None:
+        """`tls`: this manager's TLS for ssl: remotes (tls.py)."""
         self.remote = remote
         self.timeouts = timeouts or Timeouts()
         self.tls = tls

@@ -28,13 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import ovs.socket_util
 from ovs import poller as ovs_poller
 from ovs import stream as ovs_stream
 
 from managers.base import WAIT_NOTICE
 
-from .tls import reason
+from .tls import NAME_MISMATCH, TlsClient, host_and_port, reason
 
 DATABASE = "OVN_Northbound"
 _BLOCK = 1 << 22
@@ -83,8 +82,7 @@ class Rpc:
     server drops a connection that stays silent, and the lock with it.
     """
 
-    def __init__(self, remote: str, timeouts: Timeouts,
-                 tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, remote: str, timeouts: Timeouts, tls: TlsClient | None = None) -> None:
         self.remotes = [part.strip() for part in remote.split(",")]
         self.remote = self.remotes[0]  # the one connected to (or last tried)
         self.timeouts = timeouts
@@ -365,10 +363,11 @@ def _decode(buffer: bytearray) -> tuple[dict[str, Any], int] | None:
 # --- opening a connection -------------------------------------------------------------------
 
 
-def open_stream(remote: str, timeout: float, tls: ssl.SSLContext | None = None) -> Any:
+def open_stream(remote: str, timeout: float, tls: TlsClient | None = None) -> Any:
     """A connected OVS stream to one remote (connecting, and the TLS handshake, each within
-    `timeout` seconds). An ssl: remote is
-    connected with `tls`, and only once the server has answered a first request over it:
+    `timeout` seconds). An ssl: remote is connected with `tls`, to a server whose
+    certificate names the remote's host (or serverName), and only once the server has
+    answered a first request over it:
     that is when a server that refuses the client's certificate says so (with TLS 1.3, after
     the client's side of the handshake is done). Raises ConnectionLost, TlsFailed when the
     server was reached but TLS failed."""
@@ -383,16 +382,23 @@ def open_stream(remote: str, timeout: float, tls: ssl.SSLContext | None = None) 
     return stream
 
 
-def _open_tls(remote: str, timeout: float, tls: ssl.SSLContext) -> Any:
-    host, port = ovs.socket_util.inet_parse_active(remote.split(":", 1)[1], 0, raises=False)
+def _open_tls(remote: str, timeout: float, tls: TlsClient) -> Any:
+    host, port = host_and_port(remote)  # a name is resolved by the system, as for ovn-nbctl
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
         why = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
         raise ConnectionLost(f"cannot reach {remote}: {why}") from exc
-    sock = tls.wrap_socket(raw, do_handshake_on_connect=False)
+    address = raw.getpeername()[:2]
+    sock = tls.context.wrap_socket(raw, server_hostname=tls.expected_name(host),
+                                   do_handshake_on_connect=False)
     try:
         _handshake(sock, remote, timeout)
+    except ssl.SSLCertVerificationError as exc:  # its name (_handshake says the rest)
+        sock.close()
+        presented = tls.presented_names(address, timeout)
+        raise TlsFailed(f"TLS handshake with {remote} failed: "
+                        f"{tls.wrong_name(host, presented)}") from exc
     except BaseException:
         sock.close()
         raise
@@ -434,6 +440,8 @@ def _handshake(sock: ssl.SSLSocket, remote: str, timeout: float) -> None:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
             read()
     except ssl.SSLCertVerificationError as exc:
+        if exc.verify_code in NAME_MISMATCH:
+            raise  # _open_tls says which names the certificate holds
         raise TlsFailed(f"{failed}: certificate verify failed ({reason(exc)}): the server's "
                         "certificate is not trusted here (check sslCaCert)") from exc
     except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:

@@ -66,7 +66,8 @@ def add_parser(commands: Any) -> None:
                              f"{DEFAULT_METRICS_PORT}; 0: any free port, written to "
                              f"DIR/{PORT_FILE}; --once: only when given)")
     parser.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS",
-                        help="address to listen on (default 0.0.0.0)")
+                        help="address to listen on (default 0.0.0.0: every IPv4 "
+                             "address; :: for every IPv6 and IPv4 address)")
     parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
                         metavar="BYTES", help=argparse.SUPPRESS)
     parser.add_argument("--manager", action="append", metavar="NAME",

@@ -13,29 +13,56 @@ probe 1 s. So the daemon starts this process, and:
 
 The process counts the webhooks it answers itself, and ends when its stdin does (the
 daemon stopped, however it stopped).
+
+Whoever reaches the port can open connections, with or without the webhook's secret. So
+each client is bounded (docs/gitops.md, "The endpoints' limits"): its request's line and
+headers must come within HEAD_SECONDS and HEAD_BYTES, the webhook's body within
+BODY_SECONDS and webhook.MAX_BODY, the answer must be taken within WRITE_SECONDS; and at
+MAX_CONNECTIONS open connections, a new one closes the one open longest. Clients that
+never finish a request (slowloris) thus hold a place for seconds, and cannot use up the
+process's threads and descriptors: the kubelet's probe, which sends its request at once,
+is answered.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import UnetError
 from . import webhook
 from .history import write_atomic
 from .metrics import PORT_FILE, Metrics
 
+if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
+
 START_TIMEOUT = 30.0  # seconds for the process to start and listen
 WAKE = b"w"
+
+# What one client may take (Go's net/http has ReadHeaderTimeout for the first, gunicorn
+# limits a request's line to 4 KiB and each header to 8 KiB).
+MAX_CONNECTIONS = 64  # open at once: probes, scrapes and webhooks need a handful
+HEAD_SECONDS = 10.0  # for a request's line and headers, from its connection
+HEAD_BYTES = 32 << 10  # for a request's line and headers
+BODY_SECONDS = 10.0  # for the webhook's body, from the end of its headers
+WRITE_SECONDS = 10.0  # for the answer, from its first byte
+LINGER_SECONDS = 0.5  # to read what a refused client still sends (see _linger)
+#: Why the endpoints closed a connection before its time (a metric's label).
+CLOSED_REASONS = ("limit", "timeout", "too_large")
 
 
 class Endpoints:
@@ -83,6 +110,7 @@ def listen(metrics: Metrics, address: str, port: int, state_dir: Path,
         [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, env=env)
+    where = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
     config = {"address": address, "port": port,
               "secret": webhook_secret.hex() if webhook_secret is not None else None}
     _stdin(process).write(json.dumps(config).encode() + b"\n")
@@ -91,7 +119,7 @@ def listen(metrics: Metrics, address: str, port: int, state_dir: Path,
     if not answer.startswith("listening "):
         process.kill()
         process.wait()
-        raise UnetError(f"cannot listen on {address}:{port}: "
+        raise UnetError(f"cannot listen on {where}: "
                         f"{answer.removeprefix('error ') or 'the endpoints did not start'}")
     endpoints = Endpoints(process, int(answer.split()[1]))
     endpoints.publish(metrics)
@@ -129,7 +157,7 @@ class _Served:
     """What the daemon last published, and the webhooks counted here."""
 
     def __init__(self, secret: bytes | None) -> None:
-        from prometheus_client import CollectorRegistry, Counter
+        from prometheus_client import CollectorRegistry, Counter, Gauge
 
         self.secret = secret
         self.metrics, self.ready, self.readiness = "", False, {"ready": False}
@@ -137,6 +165,17 @@ class _Served:
         self.webhooks = Counter("unet_reconcile_webhooks", "Git webhooks received, by result "
                                 "(triggered, refused, ping)", ["result"],
                                 registry=self.registry)
+        self.closed = Counter("unet_reconcile_endpoints_closed_connections",
+                              "Connections the endpoints cut short, by reason (limit: for a "
+                              "newer one; timeout; too_large: refused with 413 or 431)",
+                              ["reason"], registry=self.registry)
+        for reason in CLOSED_REASONS:
+            self.closed.labels(reason)
+        self.open = Gauge("unet_reconcile_endpoints_open_connections",
+                          "Connections open to the endpoints", registry=self.registry)
+
+    def cut(self, reason: str) -> None:
+        self.closed.labels(reason).inc()
 
     def update(self, state: dict[str, Any]) -> None:
         self.metrics, self.ready, self.readiness = \
@@ -158,6 +197,28 @@ def _handler(served: _Served) -> type:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     class Handler(BaseHTTPRequestHandler):
+        def setup(self) -> None:
+            self.connection = self.request
+            self.reading = _Reading(self.connection, served.cut)
+            self.rfile = io.BufferedReader(self.reading)
+            self.wfile = _Answer(self.connection, served.cut)
+            # For an answer before the request's line is read (431).
+            self.requestline, self.request_version = "", self.protocol_version
+            self.refused = False  # answered before the request was read whole
+
+        def handle(self) -> None:
+            try:
+                self.handle_one_request()
+            except _HeadTooLarge:
+                served.cut("too_large")
+                self._refuse(431, f"a request's line and headers take up to "
+                                  f"{HEAD_BYTES >> 10} KiB\n".encode())
+
+        def finish(self) -> None:
+            super().finish()
+            if self.refused:
+                _linger(self.connection)
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
@@ -173,14 +234,17 @@ def _handler(served: _Served) -> type:
 
         def do_POST(self) -> None:
             if self.path.split("?", 1)[0] != webhook.PATH or served.secret is None:
-                self._send(404, b"not found\n", "text/plain")
+                self._refuse(404, b"not found\n")
                 return
             text = self.headers.get("Content-Length") or "0"
             length = int(text) if text.isdigit() else -1
             if not 0 <= length <= webhook.MAX_BODY:
-                self._send(413 if length > 0 else 400, b"a body of up to 1 MiB, with its "
-                           b"Content-Length\n", "text/plain")
+                if length > 0:
+                    served.cut("too_large")
+                self._refuse(413 if length > 0 else 400, b"a body of up to 1 MiB, with its "
+                             b"Content-Length\n")
                 return
+            self.reading.allow(BODY_SECONDS, length)
             body = self.rfile.read(length)
             if not webhook.verified(served.secret, body,
                                     self.headers.get(webhook.SIGNATURE_HEADER)):
@@ -193,6 +257,11 @@ def _handler(served: _Served) -> type:
                 served.webhooks.labels("triggered").inc()
                 served.wake()
                 self._send(202, b"fetching\n", "text/plain")
+
+        def _refuse(self, status: int, text: bytes) -> None:
+            """An answer given before the request was read whole."""
+            self.refused = True
+            self._send(status, text, "text/plain")
 
         def _send(self, status: int, body: bytes, kind: str) -> None:
             self.send_response(status)
@@ -207,22 +276,145 @@ def _handler(served: _Served) -> type:
     return Handler
 
 
+class _HeadTooLarge(Exception):
+    """A request's line and headers went on beyond HEAD_BYTES."""
+
+
+class _Reading(io.RawIOBase):
+    """A client's request, read from its socket within the time and the bytes that each
+    part of it is allowed (`allow`): a client that sends a byte now and then cannot hold
+    its connection longer, nor send more. The request's line and headers come first."""
+
+    def __init__(self, sock: socket.socket, cut: Callable[[str], None]) -> None:
+        self.sock, self.cut = sock, cut
+        self.allow(HEAD_SECONDS, HEAD_BYTES)
+
+    def allow(self, seconds: float, size: int) -> None:
+        """The next part: `size` bytes more at most, all within `seconds` from now."""
+        self.deadline, self.left = time.monotonic() + seconds, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.left <= 0:
+            raise _HeadTooLarge  # a body is read to its length, never beyond
+        self.sock.settimeout(_time_left(self.deadline, self.cut))
+        try:
+            count = self.sock.recv_into(buffer, min(len(buffer), self.left))
+        except TimeoutError:
+            self.cut("timeout")
+            raise
+        if not count:  # the client left, or was cut for a newer one: no request to serve
+            raise ConnectionAbortedError(errno.ECONNABORTED, "the request ended early")
+        self.left -= count
+        return count
+
+
+class _Answer(io.BufferedIOBase):
+    """The answer to a client, sent within WRITE_SECONDS of its first byte."""
+
+    def __init__(self, sock: socket.socket, cut: Callable[[str], None]) -> None:
+        self.sock, self.cut = sock, cut
+        self.deadline: float | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.deadline = self.deadline or time.monotonic() + WRITE_SECONDS
+        self.sock.settimeout(_time_left(self.deadline, self.cut))
+        try:
+            self.sock.sendall(data)  # the timeout bounds the whole call
+        except TimeoutError:
+            self.cut("timeout")
+            raise
+        return len(data)
+
+
+def _time_left(deadline: float, cut: Callable[[str], None]) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        cut("timeout")
+        raise TimeoutError("the client took too long")
+    return left
+
+
+def _linger(sock: socket.socket) -> None:
+    """Read what a client that was refused still sends, for a moment, before its
+    connection is closed: closing with bytes unread resets the connection, and the client
+    might lose the answer before reading it (Apache's "lingering close")."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + LINGER_SECONDS
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            if not sock.recv(1 << 16):
+                return
+
+
+def _server() -> type[ThreadingHTTPServer]:
+    from http.server import ThreadingHTTPServer
+
+    class Server(ThreadingHTTPServer):
+        """A thread per connection, MAX_CONNECTIONS at most: at the limit, a new connection
+        closes the one open longest. A probe sends its request at once and is answered
+        within milliseconds, so it is never the oldest one for long."""
+
+        daemon_threads = True
+        request_queue_size = 128  # connections the kernel holds until they are accepted
+
+        def __init__(self, address: tuple[str, int], handler: type, served: _Served) -> None:
+            self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+            self.served = served
+            self.open: dict[socket.socket, None] = {}  # oldest first
+            self.guard = threading.Lock()
+            super().__init__(address, handler)
+            served.open.set_function(lambda: len(self.open))
+
+        def server_bind(self) -> None:
+            if self.address_family == socket.AF_INET6:  # `::` takes IPv4 clients too
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            super().server_bind()
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            with self.guard:
+                while len(self.open) >= MAX_CONNECTIONS:
+                    oldest = next(iter(self.open))
+                    del self.open[oldest]
+                    with contextlib.suppress(OSError):  # its thread wakes up and closes it
+                        oldest.shutdown(socket.SHUT_RDWR)
+                    self.served.cut("limit")
+                self.open[request] = None
+            super().process_request(request, client_address)
+
+        def shutdown_request(self, request: Any) -> None:
+            with self.guard:
+                self.open.pop(request, None)
+            super().shutdown_request(request)
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            """A client that left or was cut is no error; anything else is, with its
+            traceback."""
+            if not isinstance(sys.exc_info()[1], OSError):
+                super().handle_error(request, client_address)
+
+    return Server
+
+
 def main() -> None:
     """The endpoints' process: its config on the first line of stdin, then the published
     states, until stdin ends."""
-    from http.server import ThreadingHTTPServer
-
     for sig in (signal.SIGINT, signal.SIGTERM):  # the daemon decides when this ends: when
         signal.signal(sig, signal.SIG_IGN)       # it stops, whatever stopped it
     config = json.loads(sys.stdin.buffer.readline())
     secret = bytes.fromhex(config["secret"]) if config["secret"] is not None else None
     served = _Served(secret)
     try:
-        server = ThreadingHTTPServer((config["address"], config["port"]), _handler(served))
+        server = _server()((config["address"], config["port"]), _handler(served), served)
     except OSError as exc:
         print(f"error {exc.strerror}", flush=True)
         return
-    server.daemon_threads = True
     print(f"listening {server.server_address[1]}", flush=True)
     os.set_blocking(sys.stdout.fileno(), False)
     threading.Thread(target=server.serve_forever, daemon=True).start()

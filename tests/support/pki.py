@@ -34,14 +34,11 @@ policy = anything
 unique_subject = no
 [ anything ]
 commonName = supplied
-[ server ]
-basicConstraints = CA:FALSE
-subjectAltName = IP:127.0.0.1
-extendedKeyUsage = serverAuth
-[ client ]
-basicConstraints = CA:FALSE
-extendedKeyUsage = clientAuth
 """
+
+#: A certificate's extensions by purpose (a server's names are added to its own).
+_EXTENSIONS = {"server": "basicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\n",
+               "client": "basicConstraints = CA:FALSE\nextendedKeyUsage = clientAuth\n"}
 
 #: When an expired certificate was valid: a day in 2020.
 EXPIRED = (datetime(2020, 1, 1, tzinfo=UTC), datetime(2020, 1, 2, tzinfo=UTC))
@@ -78,17 +75,24 @@ class Authority:
         self.cert = folder / "ca.pem"
 
     def issue(self, name: str, purpose: str = "client",
-              valid: tuple[datetime, datetime] | None = None) -> Identity:
-        """A certificate for `name` ("server": for 127.0.0.1), valid from now for two days
-        unless `valid` says otherwise."""
+              valid: tuple[datetime, datetime] | None = None,
+              names: tuple[str, ...] = ("IP:127.0.0.1",)) -> Identity:
+        """A certificate for `name`, valid from now for two days unless `valid` says
+        otherwise. A server's holds `names` (subjectAltName entries; by default the address
+        the tests' servers listen on; none: only its subject, CN=`name`)."""
         assert purpose in ("server", "client")
+        extensions = _EXTENSIONS[purpose]
+        if purpose == "server" and names:
+            extensions += f"subjectAltName = {', '.join(names)}\n"
+        (self.folder / f"{name}.ext").write_text(f"[ ext ]\n{extensions}")
         now = datetime.now(UTC)
         start, end = valid or (now - timedelta(hours=1), now + timedelta(days=2))
         self._openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
                       "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
                       "-subj", f"/CN={name}")
         self._openssl("ca", "-batch", "-notext", "-keyfile", "ca.key", "-cert", "ca.pem",
-                      "-extensions", purpose, "-in", f"{name}.csr", "-out", f"{name}.pem",
+                      "-extfile", f"{name}.ext", "-extensions", "ext",
+                      "-in", f"{name}.csr", "-out", f"{name}.pem",
                       "-startdate", start.strftime("%Y%m%d%H%M%SZ"),
                       "-enddate", end.strftime("%Y%m%d%H%M%SZ"))
         return Identity(self.folder / f"{name}.key", self.folder / f"{name}.pem", self.cert)
