@@ -67,7 +67,9 @@ def test_case_prints_its_expected_output(case: str, monkeypatch: pytest.MonkeyPa
                                          capsys: pytest.CaptureFixture[str]) -> None:
     """Line, column, message and hint, as a user sees them from the case's folder."""
     monkeypatch.chdir(BROKEN / case)
-    main(["validate", "--no-color", "--no-cache", "."])
+    monkeypatch.setenv("NO_COLOR", "1")  # not --no-color, which sets it for the process
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    main(["validate", "--no-cache", "."])
     printed, expected = capsys.readouterr().out, BROKEN / case / EXPECTED
     if UPDATE:
         expected.write_text(printed)
