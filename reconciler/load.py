@@ -365,7 +365,7 @@ def _parse(path: str, text: str, content: bytes, salvage: bool, with_lines: bool
     except _Duplicate:
         return _parse(path, text, content, salvage, with_lines=True, source=source)
     except yaml.MarkedYAMLError as exc:
-        return _by_document(path, text) if salvage else ([], [_syntax_error(path, exc)])
+        return _by_document(path, text) if salvage else ([], [_syntax_error(path, exc, text)])
     except yaml.YAMLError as exc:  # reader errors: control characters, bad encodings
         return [], [Diagnostic("YAML_SYNTAX", f"not valid YAML: {_reader_problem(exc)}",
                                file=path, line=_reader_line(content, exc))]
@@ -450,8 +450,15 @@ def _broken(path: str, index: int, line: int, text: str) -> Document:
     return Document(path, index, line, data, broken=True)
 
 
-def _syntax_error(path: str, exc: yaml.MarkedYAMLError) -> Diagnostic:
-    """A YAML syntax error in plain words, where the reader says what it is."""
+def _syntax_error(path: str, exc: yaml.MarkedYAMLError, text: str) -> Diagnostic:
+    """A YAML syntax error in plain words, at the mistake where it can be told from where
+    the reader noticed it (a missing ':' shows only on a later line)."""
+    lines = text.splitlines()
+    spot = _bad_character(exc, lines) or _missing_colon(exc, lines) or _stray_colon(exc, lines)
+    if spot is not None:
+        line, column, message, hint = spot
+        return Diagnostic("YAML_SYNTAX", message, file=path, line=line, column=column,
+                          hint=hint)
     mark = exc.problem_mark or exc.context_mark
     problem = str(exc.problem or exc.context or "invalid YAML")
     message, hint = f"not valid YAML: {problem}", None
@@ -466,11 +473,12 @@ def _syntax_error(path: str, exc: yaml.MarkedYAMLError) -> Diagnostic:
                       column=mark.column + 1 if mark is not None else None, hint=hint)
 
 
+_TAB = ("a tab character: YAML indents with spaces only",
+        "replace the tab with spaces (two per level)")
 _INDENT = "indent with spaces, so that the fields of one mapping line up exactly"
 #: (what the reader says, what it means, how to fix it)
 _PLAIN_WORDS = (
-    ("tab", "a tab character: YAML indents with spaces only",
-     "replace the tab with spaces (two per level)"),
+    ("tab", *_TAB),
     ("mapping values are not allowed",
      "a ':' where no key can start: this line is indented more than its block, or a value "
      "holds ': '", f"{_INDENT}; quote values that contain ': '"),
@@ -484,6 +492,100 @@ _PLAIN_WORDS = (
     ("flow sequence", "a [list] is never closed", "close it with ]"),
     ("flow mapping", "a {mapping} is never closed", "close it with }"),
 )
+
+#: (line, column, message, hint) of a syntax error, both 1-based
+_Spot = tuple[int, int, str, str]
+_KEY_COLON = re.compile(r":(?:\s|$)")  # a ':' that ends a key
+_KEY_START = re.compile(r"^ *(?:- +)*")  # what precedes a line's key: its indent, item dashes
+_COMMENT = re.compile(r"(?:^|\s+)#.*$")
+
+
+def _bad_character(exc: yaml.MarkedYAMLError, lines: list[str]) -> _Spot | None:
+    """A tab, or a character YAML reserves, where a key or a value should start."""
+    mark = exc.problem_mark
+    if mark is None or "cannot start any token" not in str(exc.problem):
+        return None
+    character = _line(lines, mark.line)[mark.column:mark.column + 1]
+    if character == "\t":
+        return (mark.line + 1, mark.column + 1, *_TAB)
+    if character in ("@", "`"):
+        return (mark.line + 1, mark.column + 1,
+                f"a value cannot start with '{character}': YAML reserves it",
+                "put the value in quotes")
+    return None
+
+
+#: What libyaml says on the line after a key without ':' (read as a value going on there,
+#: or ended by a comment) when the next key's ':' arrives.
+_NOTICED_BELOW = ("mapping values are not allowed", "did not find expected key")
+
+
+def _missing_colon(exc: yaml.MarkedYAMLError, lines: list[str]) -> _Spot | None:
+    """A key whose ':' is missing. libyaml notices it on a later line: where the key's
+    line ended ("could not find expected ':'", the key's start being the context), or at
+    the next key (_NOTICED_BELOW)."""
+    problem = str(exc.problem)
+    if "could not find expected ':'" in problem and exc.context_mark is not None:
+        index, start = exc.context_mark.line, exc.context_mark.column
+    elif any(words in problem for words in _NOTICED_BELOW) and exc.problem_mark is not None:
+        found = _keyless_line_above(lines, exc.problem_mark.line)
+        if found is None:
+            return None
+        index, start = found, _key_start(lines[found])
+    else:
+        return None
+    return _colon_spot(index, start, _line(lines, index))
+
+
+def _keyless_line_above(lines: list[str], index: int) -> int | None:
+    """The line above `index` (blank lines and comments aside) when its key would line up
+    with `index`'s and it has no ':'."""
+    indent = _key_start(_line(lines, index))
+    for above in range(index - 1, -1, -1):
+        text = _COMMENT.sub("", lines[above])
+        if text.strip():
+            lined_up = _key_start(text) == indent
+            return above if lined_up and not _KEY_COLON.search(text) else None
+    return None
+
+
+def _colon_spot(index: int, start: int, line: str) -> _Spot:
+    """Where the ':' of the key starting at `start` of `line` belongs, and the line fixed."""
+    key, _, rest = _COMMENT.sub("", line[start:]).strip().partition(" ")
+    rest = rest.strip()
+    if ":" in key:  # `key:value`: only a ':' followed by a space (or the end) ends a key
+        name, _, value = key.partition(":")
+        fixed = " ".join(part for part in (f"{name}:", value, rest) if part)
+        return (index + 1, start + len(name) + 2, "a ':' without a space after it",
+                f"write '{fixed}'")
+    fixed = f"{key}: {rest}" if rest else f"{key}:"
+    return (index + 1, start + len(key) + 1, "a key without ':'", f"write '{fixed}'")
+
+
+def _stray_colon(exc: yaml.MarkedYAMLError, lines: list[str]) -> _Spot | None:
+    """A ':' where no key can start, below a line with its own ':' (else _missing_colon):
+    in a value that holds ': ', or on a line indented deeper than the key above it."""
+    mark = exc.problem_mark
+    if mark is None or "mapping values are not allowed" not in str(exc.problem):
+        return None
+    line = _line(lines, mark.line)
+    key_colon = _KEY_COLON.search(line[:mark.column])
+    if key_colon is not None:
+        value = _COMMENT.sub("", line[key_colon.end():]).strip().replace("'", "''")
+        return (mark.line + 1, mark.column + 1,
+                "a value holds ': ', which YAML reads as the end of a key",
+                f"put the value in quotes: '{value}'")
+    return (mark.line + 1, _key_start(line) + 1,
+            "this line is indented more than the key above it", _INDENT)
+
+
+def _key_start(line: str) -> int:
+    """Column (0-based) where the line's key starts, after its indent and any '- '."""
+    return _KEY_START.match(line).end()  # type: ignore[union-attr]
+
+
+def _line(lines: list[str], index: int) -> str:
+    return lines[index] if index < len(lines) else ""
 
 
 def _reader_problem(exc: yaml.YAMLError) -> str:

@@ -1,13 +1,17 @@
 """Every code `unet validate` can report has a broken example repo that trips it alone.
 
 `examples/broken/<case>/` is a small network repo with one defect; the folder name is
-the code in kebab case (`subnet-overlap` → `SUBNET_OVERLAP`). The cases document the
-codes for users and pin down that one defect yields one code, not a cascade. A code
-added to the catalogue without a case fails `test_every_validate_code_has_a_case`.
+the code in kebab case (`subnet-overlap` → `SUBNET_OVERLAP`), followed by the situation
+after `--` when a code has more than one case (`yaml-syntax--tab`). The cases document the
+codes for users and pin down that one defect yields one error, not a cascade: each
+reports exactly one diagnostic, and `expected.txt` holds what `unet validate` prints for
+it (regenerated with `UNET_UPDATE_GOLDEN=1`). A code added to the catalogue without a case
+fails `test_every_validate_code_has_a_case`.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -23,10 +27,13 @@ BROKEN = ROOT / "examples" / "broken"
 CASES = sorted(path.name for path in BROKEN.iterdir() if path.is_dir())
 #: Codes about a path rather than a file's content: they have no line to point at.
 NO_LINE = frozenset({"REPO_CONFIG_MISSING", "PATH_UNSAFE"})
+EXPECTED = "expected.txt"
+UPDATE = os.environ.get("UNET_UPDATE_GOLDEN") == "1"
 
 
 def code_of(case: str) -> str:
-    return case.upper().replace("-", "_")
+    """`subnet-overlap` → SUBNET_OVERLAP; a situation after `--` is not part of the code."""
+    return case.split("--")[0].upper().replace("-", "_")
 
 
 def _show(diagnostics: list[Diagnostic]) -> str:
@@ -44,7 +51,7 @@ def test_every_validate_code_has_a_case() -> None:
 def test_case_trips_exactly_its_code(case: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, path = code_of(case), BROKEN / case
     diagnostics = validate_repo(path).diagnostics
-    assert {d.code for d in diagnostics} == {code}, _show(diagnostics)
+    assert [d.code for d in diagnostics] == [code], _show(diagnostics)
     for diagnostic in diagnostics:
         assert diagnostic.file, _show([diagnostic])
         if code not in NO_LINE:
@@ -52,6 +59,21 @@ def test_case_trips_exactly_its_code(case: str, capsys: pytest.CaptureFixture[st
     expected_exit = 1 if CODES[code].severity is Severity.ERROR else 0
     assert main(["validate", str(path)]) == expected_exit
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case_prints_its_expected_output(case: str, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Line, column, message and hint, as a user sees them from the case's folder."""
+    monkeypatch.chdir(BROKEN / case)
+    monkeypatch.setenv("NO_COLOR", "1")  # not --no-color, which sets it for the process
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    main(["validate", "--no-cache", "."])
+    printed, expected = capsys.readouterr().out, BROKEN / case / EXPECTED
+    if UPDATE:
+        expected.write_text(printed)
+    assert expected.exists(), f"{expected} is missing; run UNET_UPDATE_GOLDEN=1 pytest {__file__}"
+    assert printed == expected.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -69,4 +91,4 @@ def committed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("case", CASES)
 def test_case_trips_the_same_code_from_git_objects(case: str, committed: Path) -> None:
     diagnostics = validate_repo(committed / case, "HEAD").diagnostics
-    assert {d.code for d in diagnostics} == {code_of(case)}, _show(diagnostics)
+    assert [d.code for d in diagnostics] == [code_of(case)], _show(diagnostics)

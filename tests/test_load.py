@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from reconciler.load import MAX_ALIASES, SourceFile, _parse, folder_files, parse_manifest_file
 
 from .conftest import EXAMPLE
@@ -69,3 +71,48 @@ def test_a_duplicate_key_is_reported_as_before_and_its_document_kept() -> None:
     assert "first on line 3" in problem.message
     assert document.data["metadata"] == {"name": "a"}
     assert document.line_of(("spec", 1)) == 7
+
+
+HEAD = "kind: VirtualNetwork\nmetadata:\n  name: prod\nspec:\n"  # lines 1-4
+
+
+@pytest.mark.parametrize(("body", "where", "message", "hint"), [
+    pytest.param("\tregion: region-a\n", (5, 1),
+                 "a tab character: YAML indents with spaces only",
+                 "replace the tab with spaces (two per level)", id="a tab opening a mapping"),
+    pytest.param("  region: region-a\n  \tipv4Cidr: 10.0.0.0/16\n", (6, 3),
+                 "a tab character: YAML indents with spaces only",
+                 "replace the tab with spaces (two per level)", id="a tab after spaces"),
+    pytest.param("  region region-a\n  ipv4Cidr: 10.0.0.0/16\n", (5, 9), "a key without ':'",
+                 "write 'region: region-a'", id="a key without ':' above another key"),
+    pytest.param("  region region-a  # the region\n\n  # the CIDR\n  ipv4Cidr: 10.0.0.0/16\n",
+                 (5, 9), "a key without ':'", "write 'region: region-a'",
+                 id="a key without ':' and comments"),
+    pytest.param("  region: region-a\n  ipv4Cidr 10.0.0.0/16\n", (6, 11), "a key without ':'",
+                 "write 'ipv4Cidr: 10.0.0.0/16'", id="a key without ':' on the last line"),
+    pytest.param("  region: region-a\n  dhcp\n  mtu: 1500\n", (6, 7), "a key without ':'",
+                 "write 'dhcp:'", id="a key without ':' or a value"),
+    pytest.param("  attachments:\n    - subnet web\n      primary: true\n", (6, 13),
+                 "a key without ':'", "write 'subnet: web'", id="a list item without ':'"),
+    pytest.param("  region:region-a\n  ipv4Cidr: 10.0.0.0/16\n", (5, 10),
+                 "a ':' without a space after it", "write 'region: region-a'",
+                 id="a ':' without a space"),
+    pytest.param("  region: region-a\n    ipv4Cidr: 10.0.0.0/16\n", (6, 5),
+                 "this line is indented more than the key above it",
+                 "indent with spaces, so that the fields of one mapping line up exactly",
+                 id="a line indented too deep"),
+    pytest.param("  region: a: b\n", (5, 12),
+                 "a value holds ': ', which YAML reads as the end of a key",
+                 "put the value in quotes: 'a: b'", id="a value holding ': '"),
+    pytest.param("  region: @a\n", (5, 11), "a value cannot start with '@': YAML reserves it",
+                 "put the value in quotes", id="a reserved character"),
+])
+def test_a_syntax_error_is_reported_at_the_mistake_with_what_to_do(
+        body: str, where: tuple[int, int], message: str, hint: str) -> None:
+    """libyaml notices a missing ':' only at the next key, and says so in its own words."""
+    [document], [problem] = parse_manifest_file("tenants/acme/network.yaml",
+                                                (HEAD + body).encode())
+    assert document.broken and document.data == {"kind": "VirtualNetwork",
+                                                 "metadata": {"name": "prod"}}
+    assert (problem.code, (problem.line, problem.column)) == ("YAML_SYNTAX", where)
+    assert (problem.message, problem.hint) == (message, hint)

@@ -7,7 +7,7 @@ from typing import Any
 from ..diagnostics import Diagnostic
 from ..schema import Manifest
 from .classes import check_classes, check_managers
-from .context import Context
+from .context import Context, Identity
 from .external import check_consumers, check_external_ips, check_quotas
 from .networks import (
     check_networks,
@@ -27,14 +27,14 @@ __all__ = ["Context", "check"]
 def check(
     manifests: list[Manifest],
     plugins: dict[str, Any],
-    unreadable: set[tuple[str, str | None, str]] | None = None,
+    unreadable: set[Identity] | None = None,
 ) -> tuple[Context, list[Diagnostic]]:
     """Run every rule; the context carries what later stages need (classes, address spaces).
 
-    `unreadable` names documents that failed the schema: references to them are not
-    reported again as REF_NOT_FOUND.
+    `unreadable` names documents that failed their YAML or the schema: declared but
+    invalid, so what refers to them is not reported again (see Context.declared_invalid).
     """
-    ctx = Context(manifests=manifests, plugins=plugins, unreadable=unreadable or set())
+    ctx = Context(manifests=manifests, plugins=plugins, declared_invalid=set(unreadable or ()))
     ctx.manifests = check_placement(ctx)
     check_managers(ctx)
     check_classes(ctx)

@@ -109,7 +109,7 @@ def _class_managers(ctx: Context, cls: Manifest) -> list[Any] | None:
         if manager is None:
             ok = False
             continue
-        if manager.obj.spec.role != role:
+        if manager.obj.spec.role != role and not ctx.rejected(manager, ("spec", "role")):
             ctx.report("NETWORK_CLASS_INVALID", cls, ("spec", field),
                        f"NetworkManager '{name}' has role {manager.obj.spec.role}; "
                        f"{field} needs role {role}")
@@ -132,6 +132,8 @@ def class_of_network(ctx: Context, vn: Manifest) -> str | None:
     spec = vn.obj.spec
     if spec.network_class is None:
         default = ctx.default_class.get(spec.region)
+        if default is None and ctx.declares_invalid("NetworkClass"):
+            return None  # the invalid class may be the region's default
         if default is None:
             ctx.report("NO_NETWORK_CLASS", vn, ("spec", "region"),
                        f"region {spec.region} has no default NetworkClass",

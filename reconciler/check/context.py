@@ -14,6 +14,7 @@ from ..models import Capability
 from ..schema import Manifest
 
 Path_ = tuple[str | int, ...]
+Identity = tuple[str, str | None, str]  # (kind, tenant or None, name)
 
 
 @dataclass(slots=True)
@@ -46,8 +47,12 @@ class Context:
     subnets: dict[tuple[str | None, str], dict[int, AddressSpace]] = field(default_factory=dict)
     pools: dict[str, AddressSpace] = field(default_factory=dict)
     invalid: set[int] = field(default_factory=set)  # id() of manifests that failed a check
-    # Identities of documents that failed the schema: declared, so no REF_NOT_FOUND for them.
-    unreadable: set[tuple[str, str | None, str]] = field(default_factory=set)
+    # Identities of manifests that failed their YAML, the schema or their placement: declared,
+    # so nothing that names one says it is missing; not usable, so nothing is derived from it.
+    declared_invalid: set[Identity] = field(default_factory=set)
+    # id() of a manifest -> the paths of its fields a check rejected (see `rejected`)
+    rejected_fields: dict[int, list[Path_]] = field(default_factory=dict)
+    said: set[Diagnostic] = field(default_factory=set)  # what `report` said, said once
 
     def kind(self, kind: str) -> list[Manifest]:
         return self.by_kind.get(kind, [])
@@ -56,6 +61,31 @@ class Context:
         if name is None:
             return None
         return self.index.get((kind, tenant, name))
+
+    def declared(self, kind: str, tenant: str | None, name: str | None) -> bool:
+        """Whether a manifest declares this identity, valid or not."""
+        if name is None:
+            return False
+        identity = (kind, tenant, name)
+        return identity in self.index or identity in self.declared_invalid
+
+    def declares_invalid(self, kind: str, tenant: str | None = None) -> bool:
+        """Whether an invalid manifest of `kind` (in `tenant`) is declared: it may be the one
+        a check looks for, and its error is reported already."""
+        return any(k == kind and t == tenant for k, t, _name in self.declared_invalid)
+
+    def rejected(self, manifest: Manifest, *fields: Path_) -> bool:
+        """Whether a check rejected one of `fields` of the manifest, a part of one, or what
+        holds it. What the manifest tells others there is then unknown, not absent: a check
+        that misses a fact there stays quiet, as the error is reported once, at its cause."""
+        paths = self.rejected_fields.get(id(manifest), ())
+        return any(path[:len(wanted)] == wanted or wanted[:len(path)] == path
+                   for path in paths for wanted in fields)
+
+    def reject_quietly(self, manifest: Manifest, path: Path_) -> None:
+        """Reject a field that depends on another manifest's rejected one (a subnet's CIDR
+        when its network's is): unknown to those who rely on it, with no second error."""
+        self.rejected_fields.setdefault(id(manifest), []).append(tuple(path))
 
     def report(
         self,
@@ -66,16 +96,19 @@ class Context:
         hint: str | None = None,
     ) -> None:
         self.invalid.add(id(manifest))
-        self.diagnostics.append(
-            Diagnostic(
-                code,
-                message,
-                file=manifest.doc.file,
-                line=manifest.doc.line_of(path),
-                path=json_pointer(path),
-                hint=hint,
-            )
+        diagnostic = Diagnostic(
+            code,
+            message,
+            file=manifest.doc.file,
+            line=manifest.doc.line_of(path),
+            path=json_pointer(path),
+            hint=hint,
         )
+        if diagnostic.is_error:
+            self.reject_quietly(manifest, path)
+        if diagnostic not in self.said:  # a field checked once per address family, say
+            self.said.add(diagnostic)
+            self.diagnostics.append(diagnostic)
 
     def lookup(
         self,
@@ -85,9 +118,10 @@ class Context:
         name: str,
         tenant: str | None = None,
     ) -> Manifest | None:
-        """Resolve a reference or report REF_NOT_FOUND."""
+        """Resolve a reference, or report REF_NOT_FOUND unless it names an invalid manifest
+        (None either way)."""
         found = self.get(kind, tenant, name)
-        if found is None and (kind, tenant, name) not in self.unreadable:
+        if found is None and (kind, tenant, name) not in self.declared_invalid:
             where = f" in tenant {tenant}" if tenant else ""
             self.report("REF_NOT_FOUND", manifest, path, f"no {kind} named '{name}'{where}",
                         _similar_hint(self, kind, tenant, name))

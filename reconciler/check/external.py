@@ -21,7 +21,8 @@ def check_external_ips(ctx: Context) -> None:
         if pool is None:
             continue
         tenant = ctx.get("Tenant", None, eip.tenant)
-        if pool.obj.spec.tenants is not None and eip.tenant not in pool.obj.spec.tenants:
+        if pool.obj.spec.tenants is not None and eip.tenant not in pool.obj.spec.tenants \
+                and not ctx.rejected(pool, ("spec", "tenants")):
             ctx.report("POOL_NOT_ALLOWED", eip, ("spec", "pool"),
                        f"tenant {eip.tenant} may not allocate from ExternalIPPool '{pool.name}'",
                        "ask the provider to add the tenant to the pool's tenants")
@@ -139,7 +140,8 @@ def _check_target(ctx: Context, attachment: Manifest) -> Manifest | None:
                    "remove endpoint")
     workload = ctx.get(target.kind, attachment.tenant, target.name)
     if workload is None:
-        ctx.diagnostics.append(_pending(attachment))
+        if not ctx.declared(target.kind, attachment.tenant, target.name):
+            ctx.diagnostics.append(_pending(attachment))
         return None
     subnet = ctx.get("Subnet", attachment.tenant,
                      first_subnet(workload.obj.spec.network_attachments))
@@ -158,12 +160,20 @@ def _check_reachable(ctx: Context, attachment: Manifest, workload: Manifest) -> 
     if spaces is None:
         return  # the subnet is reported
     space = spaces.get(4)
+    if space is None and _rejected_ipv4(ctx, attachment.tenant, primary.subnet):
+        return  # it has one, rejected and reported
     why = f"its subnet '{primary.subnet}' has no IPv4 CIDR" if space is None else \
         f"its subnet '{primary.subnet}' has no gateway" if space.gateway is None else None
     if why is not None:
         ctx.report("ATTACHMENT_TARGET_UNREACHABLE", attachment, ("spec", "target", "name"),
                    f"{workload.ref} cannot be reached from outside: {why}",
                    "attach an IPv4 subnet with a gateway as the workload's primary")
+
+
+def _rejected_ipv4(ctx: Context, tenant: str | None, subnet_name: str | None) -> bool:
+    """Whether a check rejected the subnet's IPv4 CIDR or gateway (so it has no space)."""
+    subnet = ctx.get("Subnet", tenant, subnet_name)
+    return subnet is not None and ctx.rejected(subnet, ("spec", "ipv4Cidr"), ("spec", "gateway"))
 
 
 def _pending(attachment: Manifest) -> Diagnostic:
@@ -194,16 +204,18 @@ def _check_cluster_prerequisites(ctx: Context,
         for a in ctx.kind("ExternalIPAttachment")
         if a.obj.spec.target.kind == "Cluster" and a.obj.spec.target.endpoint == "api"
     }
+    unsure_api = _unsure_tenants(ctx, "ExternalIPAttachment", ("spec", "target"))
+    unsure_nat = _unsure_tenants(ctx, "NATGateway", ("spec", "virtualNetwork"))
     for cluster in ctx.kind("Cluster"):
         subnet = ctx.get("Subnet", cluster.tenant, cluster.obj.spec.network_attachments[0].subnet)
-        if subnet is None:
+        if subnet is None or ctx.rejected(subnet, ("spec", "virtualNetwork")):
             continue
         vn = subnet.obj.spec.virtual_network
         missing = []
-        if (cluster.tenant, cluster.name) not in api_targets:
+        if (cluster.tenant, cluster.name) not in api_targets and cluster.tenant not in unsure_api:
             missing.append("without an ExternalIPAttachment with endpoint api: its API is "
                            "unreachable from outside until one exists")
-        if (cluster.tenant, vn) not in nat_per_network:
+        if (cluster.tenant, vn) not in nat_per_network and cluster.tenant not in unsure_nat:
             missing.append(f"without a NATGateway on VirtualNetwork '{vn}': its nodes cannot "
                            "open connections to the outside (image pulls, updates) until one "
                            "exists")
@@ -214,6 +226,13 @@ def _check_cluster_prerequisites(ctx: Context,
                 file=cluster.doc.file, line=cluster.doc.line_of(("kind",)), path="/kind",
                 hint="declare them in the same tenant when the cluster should be reached "
                      "or reach out"))
+
+
+def _unsure_tenants(ctx: Context, kind: str, field: Path_) -> set[str | None]:
+    """Tenants with an invalid `kind` (or one whose `field` is rejected) that may be the one a
+    cluster lacks: its error is reported, and a warning would repeat it."""
+    tenants = {tenant for k, tenant, _name in ctx.declared_invalid if k == kind}
+    return tenants | {m.tenant for m in ctx.kind(kind) if ctx.rejected(m, field)}
 
 
 def check_quotas(ctx: Context) -> None:

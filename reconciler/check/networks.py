@@ -143,7 +143,7 @@ def check_networks(ctx: Context, allowed: dict[str, list[netaddr.IPNetwork]]) ->
             permitted = allowed.get(vn.tenant or "", [])
             if tenant is not None and not any(
                 net.version == ok.version and net in ok for ok in permitted
-            ):
+            ) and not ctx.rejected(tenant, ("spec", "allowedCidrs")):
                 ctx.report("CIDR_NOT_ALLOWED", vn, ("spec", field),
                            f"{net} is outside the tenant's allowedCidrs",
                            "allowed: " + ", ".join(str(n) for n in permitted))
@@ -155,7 +155,8 @@ def _check_class_allowed(ctx: Context, vn: Manifest, tenant: Manifest | None,
     """The provider may pin a tenant to some classes (OSAC keeps classes out of the tenant
     API; this is the pinning its reviewers suggested)."""
     allowed = tenant.obj.spec.network_classes if tenant is not None else None
-    if allowed is None or class_name in allowed:
+    if tenant is None or allowed is None or class_name in allowed \
+            or ctx.rejected(tenant, ("spec", "networkClasses")):  # a typo there is reported
         return
     chosen = "spec.networkClass" if vn.obj.spec.network_class else "the region's default class"
     ctx.report("NETWORK_CLASS_NOT_ALLOWED", vn,
@@ -201,6 +202,9 @@ def _subnet_spaces(ctx: Context, subnet: Manifest, vn: Manifest,
         parent = vn_nets.get(version)
         if parent is not None and net in parent:
             return True
+        if parent is None and ctx.rejected(vn, ("spec", field)):
+            ctx.reject_quietly(subnet, ("spec", field))  # the network's CIDR is reported
+            return False
         where = f"inside {parent}" if parent is not None else \
             f"an {family_name(version)} CIDR on VirtualNetwork '{vn.name}' first"
         ctx.report("SUBNET_OUTSIDE_NETWORK", subnet, ("spec", field),
@@ -340,7 +344,8 @@ def _reserve_provider_hosts(spec: Any, spaces: dict[int, AddressSpace]) -> None:
 
 def _check_provider_segment(ctx: Context, network: Manifest, cls: Manifest) -> None:
     segment, span = network.obj.spec.segment_id, cls.obj.spec.segment_range
-    if not span.start <= segment <= span.end:
+    if not span.start <= segment <= span.end and \
+            not ctx.rejected(cls, ("spec", "segmentRange")):
         ctx.report("SEGMENT_OUT_OF_RANGE", network, ("spec", "segmentId"),
                    f"segment {segment} is outside NetworkClass '{cls.name}''s segmentRange "
                    f"{span.start}-{span.end}",

@@ -40,6 +40,7 @@ def _placement_ok(ctx: Context, manifest: Manifest) -> bool:
                            f"tenants/{manifest.doc.tenant}/",
                            "the folder decides the tenant: remove metadata.tenant or move "
                            "the file")
+                ctx.declared_invalid.add(manifest.identity)  # the folder's, all the same
                 return False
         return True
     where = {
@@ -59,7 +60,7 @@ def _check_repo_config(ctx: Context) -> None:
         for extra in configs[1:]:
             ctx.report("REPO_CONFIG_MISSING", extra, ("kind",),
                        "more than one RepositoryConfig", f"keep one, in {REPO_CONFIG_FILE}")
-    if not configs:
+    if not configs and not ctx.declares_invalid("RepositoryConfig"):
         ctx.diagnostics.append(
             Diagnostic("REPO_CONFIG_MISSING",
                        f"no RepositoryConfig: the repo needs {REPO_CONFIG_FILE} at its root",
@@ -70,6 +71,7 @@ def _check_repo_config(ctx: Context) -> None:
 
 def _check_tenant_folders(ctx: Context) -> None:
     known = {m.name for m in ctx.kind("Tenant")}
+    known |= {name for kind, _, name in ctx.declared_invalid if kind == "Tenant"}
     reported: set[str] = set()
     for manifest in ctx.manifests:
         tenant = manifest.doc.tenant

@@ -121,8 +121,9 @@ def _check_effect(ctx: Context, group: Manifest, path: Path_, rule: Any,
     network = ctx.networks.get((group.tenant, vn))
     if not network:
         return  # the VirtualNetwork's own problems are reported there
+    families = set(network) | _rejected_families(ctx, group.tenant, vn)
     protocol = rule_families(rule)
-    if remote is not None and remote not in network:
+    if remote is not None and remote not in families:
         ctx.report("RULE_NO_EFFECT", group, path,
                    f"the rule matches nothing: its remote {rule.cidr} is IPv{remote} and "
                    f"VirtualNetwork '{vn}' has no IPv{remote}",
@@ -135,11 +136,19 @@ def _check_effect(ctx: Context, group: Manifest, path: Path_, rule: Any,
                    f"IPv{remote}",
                    "for ICMPv6 types use protocol: icmpv6" if remote == 6
                    else "for ICMPv4 types use protocol: icmp")
-    elif not protocol & set(network):
+    elif not protocol & families:
         ctx.report("RULE_NO_EFFECT", group, path,
                    f"the rule matches nothing: {rule.protocol} is IPv{min(protocol)} only and "
                    f"VirtualNetwork '{vn}' has no IPv{min(protocol)}",
                    "remove the rule, or give the VirtualNetwork that family")
+
+
+def _rejected_families(ctx: Context, tenant: str | None, vn_name: str) -> set[int]:
+    """Families whose CIDR the VirtualNetwork has rejected: it may have them, for all a rule
+    can tell (the CIDR's error is reported)."""
+    vn = ctx.get("VirtualNetwork", tenant, vn_name)
+    return {version for version, field in ((4, "ipv4Cidr"), (6, "ipv6Cidr"))
+            if vn is not None and ctx.rejected(vn, ("spec", field))}
 
 
 def resolve_group(ctx: Context, manifest: Manifest, path: Path_, name: str,
@@ -158,6 +167,9 @@ def resolve_group(ctx: Context, manifest: Manifest, path: Path_, name: str,
     if group.obj.spec.virtual_network != vn_name:
         if name == DEFAULT_GROUP:  # the tenant's own `default` belongs to another network
             return DEFAULT_GROUP
+        if ctx.rejected(group, ("spec", "virtualNetwork")) or \
+                ctx.rejected(manifest, ("spec", "virtualNetwork")):
+            return None  # the group's network, or the one naming it, is reported
         ctx.report("SECURITY_GROUP_WRONG_NETWORK", manifest, path,
                    f"SecurityGroup '{name}' belongs to VirtualNetwork "
                    f"'{group.obj.spec.virtual_network}', not '{vn_name}'",

@@ -73,8 +73,8 @@ def _check_attachments(ctx: Context, workload: Manifest, claims: Claims) -> str 
             continue
         subnet = ctx.lookup(workload, (*path, "subnet"), "Subnet", attachment.subnet,
                             workload.tenant)
-        if subnet is None:
-            continue
+        if subnet is None or ctx.rejected(subnet, ("spec", "virtualNetwork")):
+            continue  # the subnet, or its network, is reported
         this_vn = subnet.obj.spec.virtual_network
         if vn_name is None:
             vn_name = this_vn
@@ -140,7 +140,8 @@ def _check_provider_attachment(ctx: Context, workload: Manifest, index: int,
                          attachment.provider_network)
     if network is None:
         return
-    if workload.tenant not in network.obj.spec.tenants:
+    if workload.tenant not in network.obj.spec.tenants \
+            and not ctx.rejected(network, ("spec", "tenants")):
         ctx.report("PROVIDER_NETWORK_NOT_ALLOWED", workload, (*path, "providerNetwork"),
                    f"tenant {workload.tenant} may not attach to ProviderNetwork "
                    f"'{network.name}'", "the provider lists who may in its spec.tenants")
@@ -307,8 +308,8 @@ def _check_hosted_rules(ctx: Context, hosted: list[tuple[Manifest, str, Any]]) -
                 continue  # the implicit default: every rule can be realised
             for direction in ("ingress", "egress"):
                 for position, rule in enumerate(getattr(group.obj.spec, direction)):
-                    if (rule.port_from is None) != (rule.port_to is None):
-                        continue  # RULE_PORTS_INVALID says it: no second word on it
+                    if ctx.rejected(group, ("spec", direction, position)):
+                        continue  # its error says it: no second word on it
                     why = plugin.unrealisable(rule)
                     if why is not None:
                         users.setdefault((id(group), direction, position),
