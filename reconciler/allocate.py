@@ -275,7 +275,8 @@ class _Allocator:
     def _addresses(self, subnet: Manifest, version: int, space: AddressSpace,
                    attachments: list[Attachment]) -> None:
         held = self.held.addresses(subnet, version, space)
-        taken = set(space.reserved)
+        reserved = space.reserved - space.kept_if_held  # what no held allocation keeps
+        taken = set(reserved)
         fixed_field = "ip_address" if version == 4 else "ipv6_address"
         claims: list[tuple[str, str, Manifest, Path_]] = []
         wanted: list[str] = []
@@ -301,7 +302,7 @@ class _Allocator:
             if seen is None or value is None or not space.net.first <= value <= space.net.last:
                 continue  # new, or from another subnet (a port moving is replaced)
             in_block = block is not None and block[0] <= value <= block[1]
-            if value in space.reserved or (in_block and key not in vip_keys):
+            if value in reserved or (in_block and key not in vip_keys):
                 self._moved(key, seen, subnet, f"subnet {subnet.ref} no longer hands it out "
                             "(reserved: its gateway, an excluded address, or the VIP block)")
             elif value not in taken:
@@ -313,7 +314,7 @@ class _Allocator:
             self._claim(key, int(address), held, str(address), manifest, path)
             taken.add(int(address))
             self._keep(key, str(address), subnet.ref)
-        taken |= held.keys()
+        taken |= held.keys() | space.reserved
         vip_ranges = [block] if block is not None else space.ranges
         for keys, ranges, skip in ((wanted, space.ranges, block), (vip_keys, vip_ranges, None)):
             self._hand_out(keys, _FreeAddresses(ranges, taken, skip), taken, version,
