@@ -237,7 +237,8 @@ class _Allocator:
         attachments = list(self._attachments_of(subnet))
         self._macs(subnet, attachments)
         for version, space in spaces.items():
-            self._addresses(subnet, version, space, attachments)
+            ports = [a for a in attachments if version in self.model.port_spaces(a[2], a[3])]
+            self._addresses(subnet, version, space, ports)
 
     def _attachments_of(self, subnet: Manifest) -> Iterator[Attachment]:
         for workload in self.model.workloads_by_subnet.get((subnet.tenant, subnet.name), ()):

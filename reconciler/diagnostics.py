@@ -161,7 +161,8 @@ CODES: dict[str, CodeInfo] = {
     "PROVIDER_NETWORK_ATTACHMENT_INVALID": CodeInfo(
         "Workloads", _E, "an attachment names both or neither of `subnet` and `providerNetwork`, "
         "or attaches a provider network as primary, from a Cluster or a hosted VM, from another "
-        "region or fabric manager, or overlapping the workload's network"
+        "region or fabric manager, overlapping the workload's network or sharing no address "
+        "family with it"
     ),
     "PRIMARY_INVALID": CodeInfo(
         "Workloads", _E, "not exactly one primary among several attachments"

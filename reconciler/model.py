@@ -60,6 +60,17 @@ class Model:
     def subnet_spaces(self, tenant: str | None, subnet: str) -> dict[int, AddressSpace]:
         return self.ctx.subnets.get((tenant, subnet), {})
 
+    def port_spaces(self, workload: Manifest, attachment: Any) -> dict[int, AddressSpace]:
+        """The address spaces of an attachment's port: its subnet's; on a provider network,
+        only the families the workload's own network has, since its groups (that
+        network's) can filter no other."""
+        tenant, name = segment_of(workload.tenant, attachment)
+        spaces = self.subnet_spaces(tenant, name)
+        if tenant is not None:
+            return spaces
+        own = self.network_cidrs(workload.tenant, self.network_of_workload(workload) or "")
+        return {version: space for version, space in spaces.items() if version in own}
+
     def pool_space(self, pool: str) -> AddressSpace | None:
         return self.ctx.pools.get(pool)
 

@@ -44,6 +44,46 @@ def _port_addresses(rows: dict[str, Any], port: str) -> list[str]:
     return rows[f"Logical_Switch_Port/{port}"].fields["addresses"][0].split()[1:]
 
 
+# --- 5. a provider network's families -------------------------------------------------------
+
+
+def _dual_stack_storage(files: Files) -> Files:
+    out = copy.deepcopy(files)
+    _find(out, "provider/networks.yaml", "ProviderNetwork", "storage-b")["spec"][
+        "ipv6Cidr"] = "fd00:50::/64"
+    return out
+
+
+def test_a_port_on_a_provider_network_has_only_its_own_networks_families() -> None:
+    """globex's corp is IPv4 only, so its groups filter IPv4 only: db-metal's NIC on a
+    dual-stack storage-b gets no IPv6 address there (it had one, whose every packet its
+    groups dropped), and no DHCPv6."""
+    files = _dual_stack_storage(EXAMPLE_FILES)
+    rows = _rows(files)
+    port = rows["Logical_Switch_Port/globex/BaremetalInstance/db-metal/2"]
+    assert _port_addresses(rows, "globex/BaremetalInstance/db-metal/2") == ["192.168.50.100"]
+    assert port.fields["port_security"] == port.fields["addresses"]
+    assert "dhcpv6_options" not in port.refs
+    assert "unet:alloc:ipv6/globex/BaremetalInstance/db-metal/2" not in port.meta
+    assert "DHCP_Options/None/storage-b/v6" in rows, "the network still serves IPv6"
+
+    db_metal = _find(files, "tenants/globex/baremetal.yaml", "BaremetalInstance", "db-metal")
+    db_metal["spec"]["networkAttachments"][2]["ipv6Address"] = "fd00:50::100"
+    assert _errors(files) == [(
+        "ADDRESS_INVALID", "/spec/networkAttachments/2/ipv6Address",
+        "VirtualNetwork 'corp' has no IPv6 CIDR: the workload gets no IPv6 address on "
+        "ProviderNetwork 'storage-b'")]
+
+    del db_metal["spec"]["networkAttachments"][2]["ipv6Address"]
+    del _find(files, "provider/networks.yaml", "ProviderNetwork", "storage-b")["spec"][
+        "ipv4Cidr"]
+    files["provider/networks.yaml"][0]["spec"].pop("allocationRanges")
+    files["provider/networks.yaml"][0]["spec"].pop("routes")
+    assert _errors(files) == [(
+        "PROVIDER_NETWORK_ATTACHMENT_INVALID", "/spec/networkAttachments/2/providerNetwork",
+        "ProviderNetwork 'storage-b' has no address family of VirtualNetwork 'corp' (IPv4)")]
+
+
 # --- 7. the first host of a subnet without an IPv4 gateway ----------------------------------
 
 BACKUP_1 = "globex/ComputeInstance/backup-1/0"

@@ -159,7 +159,8 @@ _OUTPUT = re.compile(r'^output\("([^"]+)"\);$')
 
 def _normal(name: str, value: str) -> str:
     """ovn-trace prints some MACs as integers (0x251fd534f4d)."""
-    if value.startswith("0x") and (name.startswith("eth.") or name in ("arp.sha", "arp.tha")):
+    if value.startswith("0x") and (name.startswith("eth.") or name in ("arp.sha", "arp.tha",
+                                                                       "nd.sll", "nd.tll")):
         digits = f"{int(value, 16):012x}"
         return ":".join(digits[i:i + 2] for i in range(0, 12, 2))
     return value
@@ -317,8 +318,25 @@ class Fabric:
         return trace(self.lab, port.switch, arp_request(port.name, port.mac, port.ip4, target),
                      "1", ())
 
+    def solicit(self, port: Port, target: str) -> Trace:
+        """`port`'s IPv6 neighbour solicitation for `target`, to its solicited-node group."""
+        assert port.ip6 is not None
+        group = ipaddress.IPv6Address(int(ipaddress.IPv6Address("ff02::1:ff00:0"))
+                                      | int(ipaddress.IPv6Address(target)) & 0xFFFFFF)
+        fields = {"inport": f'"{port.name}"', "eth.src": port.mac,
+                  "eth.dst": "33:33:" + ":".join(f"{b:02x}" for b in group.packed[-4:]),
+                  "ip6.src": port.ip6, "ip6.dst": str(group), "nd.target": target}
+        return trace(self.lab, port.switch, fields, "nd_ns", ())
+
     def resolve(self, port: Port, target: str) -> str:
-        """The MAC that answers `port`'s ARP request for `target`."""
+        """The MAC that answers `port`'s ARP request (IPv6: neighbour solicitation) for
+        `target`."""
+        if ":" in target:
+            result = self.solicit(port, target)
+            adverts = [f for name, f in result.outputs if name == port.name and "nd.tll" in f]
+            assert len(adverts) == 1, f"no single neighbour advertisement for {target}\n{result}"
+            assert adverts[0]["nd.target"] == target, result
+            return adverts[0]["nd.tll"]
         result = self.arp(port, target)
         replies = [f for name, f in result.outputs
                    if name == port.name and f.get("arp.op") == "2"]
@@ -337,6 +355,18 @@ def _append(repo: Path, rel: str, *docs: dict[str, Any]) -> None:
     path.write_text(old + "".join("\n---\n" + yaml.safe_dump(d, sort_keys=False) for d in docs))
 
 
+def _pool_gateways(repo: Path) -> dict[str, dict[int, str]]:
+    """Region → family → the address of the upstream router: its pools' gateway (by
+    default their first host)."""
+    out: dict[str, dict[int, str]] = {}
+    for pool in _docs(repo, "provider/pools.yaml"):
+        spec = pool["spec"]
+        cidr = ipaddress.ip_network(spec["cidr"])
+        gateway = spec.get("gateway") or str(cidr.network_address + 1)
+        out.setdefault(spec["region"], {}).setdefault(cidr.version, gateway)
+    return out
+
+
 @contextmanager
 def applied(root: Path, repo: Path) -> Iterator[Fabric]:
     """A lab whose Northbound holds the repo, applied by `unet apply`, plus upstream routers."""
@@ -347,13 +377,13 @@ def applied(root: Path, repo: Path) -> Iterator[Fabric]:
                              capture_output=True, text=True, cwd=repo, timeout=120)
         assert run.returncode == 0, run.stdout + run.stderr
         upstream = {}
-        for index, pool in enumerate(_docs(repo, "provider/pools.yaml"), start=1):
-            region, gateway = pool["spec"]["region"], pool["spec"]["gateway"]
+        for index, (region, gateways) in enumerate(sorted(_pool_gateways(repo).items()),
+                                                   start=1):
             switch = Northbound(lab).row(f"Logical_Switch/external/{region}")["name"]
             name, mac = f"upstream.{region}", UPSTREAM_MAC.format(index)
             lab.nbctl("lsp-add", switch, name, "--", "lsp-set-addresses", name,
-                      f"{mac} {gateway}")
-            upstream[region] = Port(name, switch, mac, gateway)
+                      " ".join([mac, *gateways.values()]))
+            upstream[region] = Port(name, switch, mac, gateways.get(4), gateways.get(6))
         lab.sync()
         yield Fabric(lab, Northbound(lab), repo, upstream)
 
@@ -998,3 +1028,89 @@ def _eui64(mac: str) -> str:
     octets[0] ^= 0x02
     eui = [*octets[:3], 0xFF, 0xFE, *octets[3:]]
     return ":".join(f"{eui[i]:02x}{eui[i + 1]:02x}" for i in range(0, 8, 2))
+
+
+# --- 9. address families ----------------------------------------------------------------------
+
+
+def _manifest(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def _edit(repo: Path, rel: str, kind: str, name: str, spec: dict[str, Any]) -> None:
+    """Update one document's spec (the file loses its comments)."""
+    docs = _docs(repo, rel)
+    doc = next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+    doc["spec"].update(spec)
+    (repo / rel).write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def _lab6(repo: Path, *subnets: dict[str, Any]) -> None:
+    """initech's dual-stack lab6 in region-a, with `subnets` (name and spec fields)."""
+    _append(repo, "tenants/initech/network.yaml", _manifest("VirtualNetwork", "lab6", {
+        "region": "region-a", "ipv4Cidr": "192.168.16.0/20", "ipv6Cidr": "fd20:1::/48"}),
+        *(_manifest("Subnet", s["name"], {"virtualNetwork": "lab6", **s["spec"]})
+          for s in subnets))
+
+
+HOSTS6 = {"name": "hosts6", "spec": {"ipv4Cidr": "192.168.17.0/24",
+                                     "ipv6Cidr": "fd20:1:0:1::/64"}}
+
+
+SHARED = ("02:00:5e:00:46:0a", "192.168.70.10", "fd00:70::10")  # a provider's host on shared-a
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    """The example plus initech's dual-stack lab6 in region-a: hosts6, and quiet, whose
+    IPv4 has no gateway (`gateway: null`) while its IPv6 keeps one; and the provider's
+    dual-stack shared-a, which initech's nas-4 (lab: IPv4 only) and h6-1 (lab6: dual
+    stack) attach to beside their own networks."""
+    root = tmp_path_factory.mktemp("trace-families")
+    repo = root / "repo"
+    copy_checkout(EXAMPLE, repo)
+    _append(repo, "provider/networks.yaml", _manifest("ProviderNetwork", "shared-a", {
+        "region": "region-a", "segmentId": 1990, "tenants": ["initech"],
+        "ipv4Cidr": "192.168.70.0/24", "ipv6Cidr": "fd00:70::/64",
+        "allocationRanges": [{"start": "192.168.70.100", "end": "192.168.70.199"},
+                             {"start": "fd00:70::100", "end": "fd00:70::1ff"}]}))
+    _lab6(repo, HOSTS6, {"name": "quiet", "spec": {
+        "ipv4Cidr": "192.168.18.0/24", "ipv6Cidr": "fd20:1:0:2::/64", "gateway": None}})
+    _append(repo, "tenants/initech/compute.yaml", _manifest("ComputeInstance", "h6-1", {
+        "networkAttachments": [{"subnet": "hosts6", "primary": True},
+                               {"providerNetwork": "shared-a"}]}),
+        _manifest("ComputeInstance", "q-1", {"networkAttachments": [{"subnet": "quiet"}]}),
+        _manifest("ComputeInstance", "nas-4", {
+            "networkAttachments": [{"subnet": "build", "primary": True},
+                                   {"providerNetwork": "shared-a"}]}))
+    with applied(root, repo) as fabric:
+        yield fabric
+
+
+def test_a_port_on_a_provider_network_carries_its_own_networks_families(
+        families: Fabric) -> None:
+    """shared-a is dual stack. nas-4's network (lab) is IPv4 only, and so is its port on
+    shared-a: it has no IPv6 address there for its groups to drop. h6-1's network is dual
+    stack: its port has both, and the implicit default group lets it reach the provider's
+    hosts in both families."""
+    fabric, nb = families, families.nb
+    nas = nb.port("initech", "ComputeInstance", "nas-4", 1)
+    h6 = nb.port("initech", "ComputeInstance", "h6-1", 1)
+    localnet = nb.row("Logical_Switch_Port/None/shared-a/localnet")["name"]
+    assert nas.switch == h6.switch == "unet-pn.shared-a"
+    assert (nas.ip4 is not None, nas.ip6) == (True, None)
+    row = nb.row("Logical_Switch_Port/initech/ComputeInstance/nas-4/1")
+    assert _as_list(row["port_security"]) == _as_list(row["addresses"])
+    assert row["dhcpv6_options"] == [], "no DHCPv6 for an address it does not have"
+
+    lab, lab6 = nb.group("initech", "lab", "default"), nb.group("initech", "lab6", "default")
+    nfs = fabric.send(nas, SHARED[0], SHARED[1], TCP.format(2049))
+    delivered(nfs, localnet)
+    allowed_by(nfs, "ls_in_acl", f"inport == @{lab} && ip4")
+
+    assert h6.ip4 and h6.ip6 and ipaddress.ip_address(h6.ip6) in \
+        ipaddress.ip_network("fd00:70::/64")
+    for dst in SHARED[1:]:
+        out = fabric.send(h6, SHARED[0], dst, TCP.format(2049))
+        delivered(out, localnet)
+        allowed_by(out, "ls_in_acl", f"inport == @{lab6} && ip{6 if ':' in dst else 4}")

@@ -471,7 +471,7 @@ class _Renderer:
         for index, attachment in enumerate(attachments):
             port = port_key(workload, index)
             segment = segment_of(t, attachment)
-            spaces = self.model.subnet_spaces(*segment)
+            spaces = self.model.port_spaces(workload, attachment)
             # A cluster's VIPs come from its first subnet: recorded there, so they are
             # held in that subnet only.
             meta = {TAG_IMMUTABLE: identity, **self.recorded(
