@@ -44,6 +44,31 @@ def _port_addresses(rows: dict[str, Any], port: str) -> list[str]:
     return rows[f"Logical_Switch_Port/{port}"].fields["addresses"][0].split()[1:]
 
 
+# --- 4. a gateway in one family only ----------------------------------------------------------
+
+
+def test_a_family_without_a_gateway_is_isolated_beside_one_with_a_gateway() -> None:
+    """acme's db without an IPv4 gateway keeps its IPv6 one, and the other way round:
+    the router port carries the family with a gateway, and the router's switch port
+    passes nothing of the other, either way (the trace test shows it on the wire)."""
+    for missing, kept, field in ((4, 6, "gateway"), (6, 4, "ipv6Gateway")):
+        files = copy.deepcopy(EXAMPLE_FILES)
+        _find(files, "tenants/acme/network.yaml", "Subnet", "db")["spec"][field] = None
+        rows = _rows(files)
+        [network] = rows["Logical_Router_Port/acme/db"].fields["networks"]
+        assert (":" in network) == (kept == 6)
+        group = rows["Port_Group/acme/prod/db/router"]
+        assert (group.owner, group.fields["name"], group.refs["ports"]) == (
+            "Subnet/acme/db", "unet.acme.prod.db.router",
+            ("Logical_Switch_Port/acme/db/router",))
+        assert sorted((o.fields["direction"], o.fields["match"], o.fields["action"])
+                      for o in rows.values() if o.parent == (group.key, "acls")) == [
+            ("from-lport", f"inport == @unet.acme.prod.db.router && ip{missing}", "drop"),
+            ("to-lport", f"outport == @unet.acme.prod.db.router && ip{missing}", "drop")]
+    rows = _rows(EXAMPLE_FILES)
+    assert not any(o.table == "Port_Group" and o.key.endswith("/router") for o in rows.values())
+
+
 # --- 5. a provider network's families -------------------------------------------------------
 
 

@@ -1087,6 +1087,39 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
         yield fabric
 
 
+def test_gateway_null_isolates_its_own_family_only(families: Fabric) -> None:
+    """quiet has no IPv4 gateway but an IPv6 one: its router port carries IPv6 only, so
+    IPv4 sent to that port's MAC goes nowhere (it was routed into lab6's other subnets),
+    while IPv6 is routed as on any subnet."""
+    fabric, nb = families, families.nb
+    q1 = nb.port("initech", "ComputeInstance", "q-1")
+    h6 = nb.port("initech", "ComputeInstance", "h6-1")
+    router_port = nb.gateway("initech", "quiet")
+    assert (router_port.ip4, q1.ip4 is not None, q1.ip6 is not None) == (None, True, True)
+    router = nb.row("Logical_Router/initech/lab6")["name"]
+    isolated = nb.row("Port_Group/initech/lab6/quiet/router")["name"]
+
+    for rest in (TCP.format(22), "ip.ttl == 64 && icmp4 && icmp4.type == 8"):
+        v4 = fabric.send(q1, router_port.mac, h6.ip4, rest)
+        assert v4.ports == [] and router not in v4.datapaths, f"IPv4 was routed\n{v4}"
+        dropped(v4, "ls_out_acl", q1.switch, f"outport == @{isolated} && ip4")
+    v6 = fabric.send(q1, router_port.mac, h6.ip6, TCP.format(22))
+    packet = delivered(v6, h6)
+    assert (packet["ip6.src"], packet["ip6.dst"]) == (q1.ip6, h6.ip6)
+    assert router in v6.datapaths
+
+    # What the router would send into quiet in IPv4 goes nowhere either.
+    inject = {"inport": f'"{nb.row("Logical_Switch_Port/initech/quiet/router")["name"]}"',
+              "eth.src": router_port.mac, "eth.dst": q1.mac, "ip4.src": h6.ip4,
+              "ip4.dst": q1.ip4}
+    dropped(trace(fabric.lab, q1.switch, inject, TCP.format(22)), "ls_in_acl", q1.switch,
+            f"inport == @{isolated} && ip4")
+
+    # Nor does hosts6 reach quiet's IPv4: the router has no route there.
+    back = fabric.send(h6, nb.gateway("initech", "hosts6").mac, q1.ip4, TCP.format(22))
+    dropped(back, "lr_in_ip_routing", router)
+
+
 def test_a_port_on_a_provider_network_carries_its_own_networks_families(
         families: Fabric) -> None:
     """shared-a is dual stack. nas-4's network (lab) is IPv4 only, and so is its port on

@@ -310,9 +310,24 @@ class _Renderer:
                 "options": {"router-port": f"unet.{t}.{name}.gw"}, "port_security": [],
                 "tag_request": None,
             }, parent=(switch, "ports"))
+            for version in sorted(v for v in spaces if v not in gateways):
+                self._isolate(subnet, version)
         if spec.dhcp:
             self._dhcp(subnet, spaces, gateways, mac)
         self._localnet(subnet, switch)
+
+    def _isolate(self, subnet: Manifest, version: int) -> None:
+        """The family a subnet has no gateway in is isolated although the other has one:
+        the router routes whatever is sent to its port's MAC, so nothing of that family
+        passes the router's switch port, either way."""
+        t, vn = subnet.tenant, subnet.obj.spec.virtual_network
+        group = key("Port_Group", t, vn, subnet.name, "router")
+        pg = ident("unet", t, vn, subnet.name, "router")  # never a security group's name
+        self.out.add("Port_Group", group, subnet.ref, {"name": pg}, refs={
+            "ports": (key("Logical_Switch_Port", t, subnet.name, "router"),)})
+        for direction, port in (("to-lport", "outport"), ("from-lport", "inport")):
+            self._acl(group, subnet.ref, direction, PRIORITY_DROP,
+                      f"{port} == @{pg} && ip{version}", "drop")
 
     def _provider_network(self, network: Manifest) -> None:
         """A provider's VLAN: a switch bridged to it by a localnet port with its fixed tag,
