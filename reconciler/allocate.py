@@ -88,8 +88,9 @@ def external_key(tenant: str | None, eip: str) -> str:
     return f"eip/{tenant}/{eip}"
 
 
-def router_gateway_key(tenant: str | None, vn: str) -> str:
-    return f"gateway/{tenant}/{vn}"
+def router_gateway_key(tenant: str | None, vn: str, version: int = 4) -> str:
+    """A router's external address of its own (the IPv4 one keeps its first key)."""
+    return f"gateway/{tenant}/{vn}" + ("" if version == 4 else f"/ipv{version}")
 
 
 def holder_of(key: str) -> str:
@@ -345,8 +346,9 @@ class _Allocator:
         for eip in self.model.full.kind("ExternalIP"):
             per_pool.setdefault(eip.obj.spec.pool, []).append(
                 (external_key(eip.tenant, eip.name), eip))
-        for tenant, vn, pool in self.model.full.gateway_pools():
-            per_pool.setdefault(pool, []).append((router_gateway_key(tenant, vn), None))
+        for tenant, vn, version, pool in self.model.full.gateway_pools():
+            per_pool.setdefault(pool, []).append((router_gateway_key(tenant, vn, version),
+                                                  None))
         for pool_name, wanted in sorted(per_pool.items()):
             space = self.model.pool_space(pool_name)
             if space is not None:

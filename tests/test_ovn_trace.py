@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ import yaml
 
 from .conftest import EXAMPLE, copy_checkout, use_northbound
 from .support.ovnlab import OvnLab
+from .support.ovnrun import assert_noop
 
 OUTSIDE = "198.18.0.1"  # RFC 2544 benchmarking space: "somewhere on the Internet"
 OFFICE = "192.0.2.10"  # inside 192.0.2.0/24, the example's office / DR site
@@ -1032,6 +1034,9 @@ def _eui64(mac: str) -> str:
 
 # --- 9. address families ----------------------------------------------------------------------
 
+OUTSIDE6 = "2001:db8:ff::10"  # documentation space beyond every pool: "the Internet", IPv6
+PUBLIC6 = "2001:db8:100::/64"
+
 
 def _manifest(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": API, "kind": kind, "metadata": {"name": name}, "spec": spec}
@@ -1055,6 +1060,123 @@ def _lab6(repo: Path, *subnets: dict[str, Any]) -> None:
 
 HOSTS6 = {"name": "hosts6", "spec": {"ipv4Cidr": "192.168.17.0/24",
                                      "ipv6Cidr": "fd20:1:0:1::/64"}}
+
+
+@pytest.fixture(scope="module")
+def ipv6_external(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    """The example plus region-a's IPv6 pool public6-a. acme's web-1 gets an IPv6
+    ExternalIP beside its IPv4 one (prod's NATGateway is IPv4; web now admits HTTPS and
+    sends in IPv6 too); initech's dual-stack lab6 gets a NATGateway whose ExternalIP is
+    IPv6, and h6-1 in its hosts6."""
+    root = tmp_path_factory.mktemp("trace-ipv6-external")
+    repo = root / "repo"
+    copy_checkout(EXAMPLE, repo)
+    _append(repo, "provider/pools.yaml",
+            _manifest("ExternalIPPool", "public6-a", {"region": "region-a", "cidr": PUBLIC6}))
+    web = next(d for d in _docs(repo, "tenants/acme/security-groups.yaml")
+               if d["metadata"]["name"] == "web")["spec"]
+    _edit(repo, "tenants/acme/security-groups.yaml", "SecurityGroup", "web", {
+        "ingress": [*web["ingress"], {"protocol": "tcp", "portFrom": 443, "portTo": 443,
+                                      "cidr": "::/0"}],
+        "egress": [*web["egress"], {"protocol": "all", "cidr": "::/0"}]})
+    _append(repo, "tenants/acme/external.yaml",
+            _manifest("ExternalIP", "web-1-public6", {"pool": "public6-a"}),
+            _manifest("ExternalIPAttachment", "web-1-public6", {
+                "externalIP": "web-1-public6",
+                "target": {"kind": "ComputeInstance", "name": "web-1"}}))
+    _lab6(repo, HOSTS6)
+    _append(repo, "tenants/initech/compute.yaml", _manifest("ComputeInstance", "h6-1", {
+        "networkAttachments": [{"subnet": "hosts6"}]}))
+    _append(repo, "tenants/initech/external.yaml",
+            _manifest("ExternalIP", "lab6-nat", {"pool": "public6-a"}),
+            _manifest("NATGateway", "lab6", {"virtualNetwork": "lab6",
+                                             "externalIP": "lab6-nat"}))
+    with applied(root, repo) as fabric:
+        yield fabric
+
+
+def test_an_ipv6_external_ip_reaches_its_targets_ipv6_address(ipv6_external: Fabric) -> None:
+    """v6→v6: the IPv6 ExternalIP goes to web-1's IPv6 address (it went to its IPv4 one:
+    NAT64 nobody asked for), replies leave from it, and the IPv4 one is unchanged. prod's
+    NATGateway is IPv4, so no new IPv6 connection leaves prod (inbound only, as in IPv4)."""
+    fabric, nb = ipv6_external, ipv6_external.nb
+    web1 = nb.port("acme", "ComputeInstance", "web-1")
+    public6 = nb.external_ip("acme", "web-1-public6")
+    web, prod = nb.group("acme", "prod", "web"), nb.group("acme", "prod")
+    upstream = fabric.upstream["region-a"]
+    gw = nb.gateway("acme", "web")
+    assert web1.ip6 and ipaddress.ip_address(public6) in ipaddress.ip_network(PUBLIC6)
+
+    https = _inbound(fabric, "region-a", public6, TCP.format(443), src=OUTSIDE6)
+    packet = delivered(https, web1)
+    assert (packet["ip6.src"], packet["ip6.dst"]) == (OUTSIDE6, web1.ip6)
+    assert packet["eth.dst"] == web1.mac
+    allowed_by(https, "ls_out_acl", f"outport == @{web} && ip6", "tcp.dst == 443")
+    dropped(_inbound(fabric, "region-a", public6, TCP.format(22), src=OUTSIDE6),
+            "ls_out_acl", web1.switch, f"outport == @{prod} && ip")
+
+    reply = fabric.send(web1, gw.mac, OUTSIDE6, "ip.ttl == 64 && tcp && tcp.src == 443 && "
+                        "tcp.dst == 40000", ct=("--ct=est,rpl",) * 6)
+    assert delivered(reply, upstream)["eth.dst"] == upstream.mac  # via the pool's gateway
+    assert any(s.table == "lr_out_undnat" and any("ct_dnat" in a for a in s.actions)
+               for s in reply.stages), reply
+
+    v4 = _inbound(fabric, "region-a", nb.external_ip("acme", "web-1-public"), TCP.format(443))
+    assert delivered(v4, web1)["ip4.dst"] == web1.ip4
+
+    out = fabric.send(web1, gw.mac, OUTSIDE6, TCP.format(443))
+    dropped(out, "ls_in_acl", web1.switch, f"inport == @{prod} && ip6 && ct.new")
+    snat = fabric.send(web1, gw.mac, OUTSIDE, TCP.format(443))  # IPv4 still leaves
+    assert delivered(snat, upstream)["ip4.src"] == nb.external_ip("acme", "prod-nat")
+    # The router's IPv6 address of its own is recorded: planning again changes nothing.
+    assert_noop(fabric.repo, fabric.repo)
+
+
+def test_a_nat_gateways_ipv6_address_translates_the_networks_ipv6(
+        ipv6_external: Fabric) -> None:
+    """lab6's NATGateway has an IPv6 ExternalIP: h6-1's IPv6 leaves from it (v6→v6), and
+    its IPv4 has no way out (the router has no IPv4 address outside)."""
+    fabric, nb = ipv6_external, ipv6_external.nb
+    h6 = nb.port("initech", "ComputeInstance", "h6-1")
+    gw = nb.gateway("initech", "hosts6")
+    upstream = fabric.upstream["region-a"]
+    nat6 = nb.external_ip("initech", "lab6-nat")
+    outside = nb.router_port("Logical_Router_Port/initech/lab6/external")
+    assert (outside.ip4, outside.ip6) == (None, nat6)
+
+    out = fabric.send(h6, gw.mac, OUTSIDE6, TCP.format(443))
+    packet = delivered(out, upstream)
+    assert (packet["ip6.src"], packet["ip6.dst"]) == (nat6, OUTSIDE6)
+    assert (packet["eth.src"], packet["eth.dst"]) == (outside.mac, upstream.mac)
+    assert any(s.table == "lr_out_snat" for s in out.stages), out
+
+    dropped(fabric.send(h6, gw.mac, OUTSIDE, TCP.format(443)), "lr_in_ip_routing",
+            nb.row("Logical_Router/initech/lab6")["name"])
+    # Nor does the NAT gateway's address admit new connections from outside.
+    inbound = fabric.send(upstream, outside.mac, nat6, TCP.format(443), src=OUTSIDE6)
+    assert inbound.ports == [], inbound
+
+
+def test_an_ipv6_external_ip_for_a_target_without_ipv6_is_refused(
+        ipv6_external: Fabric, tmp_path: Path) -> None:
+    """initech's ci-runner-1 has no IPv6 address (lab is IPv4 only): an IPv6 ExternalIP
+    cannot reach it, and validation says so, naming it."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ipv6_external.repo, repo)
+    _append(repo, "tenants/initech/external.yaml",
+            _manifest("ExternalIP", "runner-public6", {"pool": "public6-a"}),
+            _manifest("ExternalIPAttachment", "runner-public6", {
+                "externalIP": "runner-public6",
+                "target": {"kind": "ComputeInstance", "name": "ci-runner-1"}}))
+    run = subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", str(repo),
+                          "--format", "json"], capture_output=True, text=True, cwd=repo,
+                         timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    errors = [d for d in json.loads(run.stdout)["diagnostics"] if d["severity"] == "error"]
+    assert [(d["code"], d["file"], d["message"]) for d in errors] == [(
+        "ATTACHMENT_TARGET_UNREACHABLE", "tenants/initech/external.yaml",
+        "ComputeInstance/initech/ci-runner-1 cannot be reached at IPv6 ExternalIP "
+        "'runner-public6': its subnet 'build' has no IPv6 CIDR")]
 
 
 SHARED = ("02:00:5e:00:46:0a", "192.168.70.10", "fd00:70::10")  # a provider's host on shared-a
