@@ -1067,7 +1067,7 @@ def ipv6_external(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     """The example plus region-a's IPv6 pool public6-a. acme's web-1 gets an IPv6
     ExternalIP beside its IPv4 one (prod's NATGateway is IPv4; web now admits HTTPS and
     sends in IPv6 too); initech's dual-stack lab6 gets a NATGateway whose ExternalIP is
-    IPv6, and h6-1 in its hosts6."""
+    IPv6, and h6-1 in its hosts6, whose IPv6 ExternalIP h6-1-web forwards 443 to 8443."""
     root = tmp_path_factory.mktemp("trace-ipv6-external")
     repo = root / "repo"
     copy_checkout(EXAMPLE, repo)
@@ -1085,12 +1085,21 @@ def ipv6_external(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
                 "externalIP": "web-1-public6",
                 "target": {"kind": "ComputeInstance", "name": "web-1"}}))
     _lab6(repo, HOSTS6)
+    _append(repo, "tenants/initech/security-groups.yaml", _manifest("SecurityGroup", "web6", {
+        "virtualNetwork": "lab6",
+        "ingress": [{"protocol": "tcp", "portFrom": 8443, "portTo": 8443, "cidr": "::/0"}],
+        "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"},
+                   {"protocol": "all", "cidr": "::/0"}]}))
     _append(repo, "tenants/initech/compute.yaml", _manifest("ComputeInstance", "h6-1", {
-        "networkAttachments": [{"subnet": "hosts6"}]}))
+        "networkAttachments": [{"subnet": "hosts6", "securityGroups": ["web6"]}]}))
     _append(repo, "tenants/initech/external.yaml",
             _manifest("ExternalIP", "lab6-nat", {"pool": "public6-a"}),
             _manifest("NATGateway", "lab6", {"virtualNetwork": "lab6",
-                                             "externalIP": "lab6-nat"}))
+                                             "externalIP": "lab6-nat"}),
+            _manifest("ExternalIP", "h6-1-web", {"pool": "public6-a"}),
+            _manifest("ExternalIPAttachment", "h6-1-web", {
+                "externalIP": "h6-1-web", "target": {"kind": "ComputeInstance", "name": "h6-1"},
+                "ports": [{"protocol": "tcp", "externalPort": 443, "internalPort": 8443}]}))
     with applied(root, repo) as fabric:
         yield fabric
 
@@ -1155,6 +1164,23 @@ def test_a_nat_gateways_ipv6_address_translates_the_networks_ipv6(
     # Nor does the NAT gateway's address admit new connections from outside.
     inbound = fabric.send(upstream, outside.mac, nat6, TCP.format(443), src=OUTSIDE6)
     assert inbound.ports == [], inbound
+
+
+def test_an_ipv6_address_forwards_its_ports_to_the_targets_ipv6_address(
+        ipv6_external: Fabric) -> None:
+    """h6-1-web forwards tcp 443 of an IPv6 address to h6-1's IPv6 address, port 8443 (a
+    load balancer on lab6's router); every other port of the address goes nowhere."""
+    fabric, nb = ipv6_external, ipv6_external.nb
+    h6 = nb.port("initech", "ComputeInstance", "h6-1")
+    public6 = nb.external_ip("initech", "h6-1-web")
+    https = _inbound(fabric, "region-a", public6, TCP.format(443), src=OUTSIDE6)
+    delivered(https, h6)
+    assert any(s.table == "lr_in_dnat" and f"backends=[{h6.ip6}]:8443" in " ".join(s.actions)
+               for s in https.stages), https
+    allowed_by(https, "ls_out_acl", "ip6", "tcp.dst == 8443")
+    for port in (8443, 22):
+        other = _inbound(fabric, "region-a", public6, TCP.format(port), src=OUTSIDE6)
+        assert h6.name not in [name for name, _ in other.outputs], other
 
 
 def test_an_ipv6_external_ip_for_a_target_without_ipv6_is_refused(
