@@ -88,8 +88,9 @@ def external_key(tenant: str | None, eip: str) -> str:
     return f"eip/{tenant}/{eip}"
 
 
-def router_gateway_key(tenant: str | None, vn: str) -> str:
-    return f"gateway/{tenant}/{vn}"
+def router_gateway_key(tenant: str | None, vn: str, version: int = 4) -> str:
+    """A router's external address of its own (the IPv4 one keeps its first key)."""
+    return f"gateway/{tenant}/{vn}" + ("" if version == 4 else f"/ipv{version}")
 
 
 def holder_of(key: str) -> str:
@@ -237,7 +238,8 @@ class _Allocator:
         attachments = list(self._attachments_of(subnet))
         self._macs(subnet, attachments)
         for version, space in spaces.items():
-            self._addresses(subnet, version, space, attachments)
+            ports = [a for a in attachments if version in self.model.port_spaces(a[2], a[3])]
+            self._addresses(subnet, version, space, ports)
 
     def _attachments_of(self, subnet: Manifest) -> Iterator[Attachment]:
         for workload in self.model.workloads_by_subnet.get((subnet.tenant, subnet.name), ()):
@@ -275,7 +277,8 @@ class _Allocator:
     def _addresses(self, subnet: Manifest, version: int, space: AddressSpace,
                    attachments: list[Attachment]) -> None:
         held = self.held.addresses(subnet, version, space)
-        taken = set(space.reserved)
+        reserved = space.reserved - space.kept_if_held  # what no held allocation keeps
+        taken = set(reserved)
         fixed_field = "ip_address" if version == 4 else "ipv6_address"
         claims: list[tuple[str, str, Manifest, Path_]] = []
         wanted: list[str] = []
@@ -301,7 +304,7 @@ class _Allocator:
             if seen is None or value is None or not space.net.first <= value <= space.net.last:
                 continue  # new, or from another subnet (a port moving is replaced)
             in_block = block is not None and block[0] <= value <= block[1]
-            if value in space.reserved or (in_block and key not in vip_keys):
+            if value in reserved or (in_block and key not in vip_keys):
                 self._moved(key, seen, subnet, f"subnet {subnet.ref} no longer hands it out "
                             "(reserved: its gateway, an excluded address, or the VIP block)")
             elif value not in taken:
@@ -313,7 +316,7 @@ class _Allocator:
             self._claim(key, int(address), held, str(address), manifest, path)
             taken.add(int(address))
             self._keep(key, str(address), subnet.ref)
-        taken |= held.keys()
+        taken |= held.keys() | space.reserved
         vip_ranges = [block] if block is not None else space.ranges
         for keys, ranges, skip in ((wanted, space.ranges, block), (vip_keys, vip_ranges, None)):
             self._hand_out(keys, _FreeAddresses(ranges, taken, skip), taken, version,
@@ -343,8 +346,9 @@ class _Allocator:
         for eip in self.model.full.kind("ExternalIP"):
             per_pool.setdefault(eip.obj.spec.pool, []).append(
                 (external_key(eip.tenant, eip.name), eip))
-        for tenant, vn, pool in self.model.full.gateway_pools():
-            per_pool.setdefault(pool, []).append((router_gateway_key(tenant, vn), None))
+        for tenant, vn, version, pool in self.model.full.gateway_pools():
+            per_pool.setdefault(pool, []).append((router_gateway_key(tenant, vn, version),
+                                                  None))
         for pool_name, wanted in sorted(per_pool.items()):
             space = self.model.pool_space(pool_name)
             if space is not None:

@@ -103,7 +103,7 @@ def _attachment(model: Model, values: AllocatedValues, k8s: Manager | None, work
         "subnet": name if tenant is not None else None,
         "providerNetwork": name if tenant is None else None,
         "securityGroups": list(attachment.security_groups)}
-    spaces = model.subnet_spaces(tenant, name)
+    spaces = model.port_spaces(workload, attachment)
     for version in (4, 6):
         space = spaces.get(version)
         if space is None:

@@ -143,13 +143,18 @@ CODES: dict[str, CodeInfo] = {
     "ENDPOINT_REQUIRED": CodeInfo("External access", _E, "Cluster target without `endpoint`"),
     "ENDPOINT_FORBIDDEN": CodeInfo("External access", _E, "`endpoint` on a non-Cluster target"),
     "ATTACHMENT_TARGET_UNREACHABLE": CodeInfo(
-        "External access", _E, "the target's primary subnet has no IPv4 CIDR or no gateway"
+        "External access", _E, "the target's primary subnet has no CIDR or no gateway of the "
+        "ExternalIP's family, or a Cluster's VIP is of the other family"
     ),
     "PORT_FORWARD_DUPLICATE": CodeInfo(
         "External access", _E, "an ExternalIPAttachment forwards one external port twice"
     ),
     "NAT_GATEWAY_DUPLICATE": CodeInfo(
         "External access", _E, "a second NATGateway on one VirtualNetwork"
+    ),
+    "NAT_GATEWAY_FAMILY_MISSING": CodeInfo(
+        "External access", _E, "a NATGateway's ExternalIP is of a family its VirtualNetwork "
+        "has no CIDR of"
     ),
     "TARGET_PENDING": CodeInfo(
         "External access", _W, "the attachment's target is not declared yet"
@@ -161,7 +166,8 @@ CODES: dict[str, CodeInfo] = {
     "PROVIDER_NETWORK_ATTACHMENT_INVALID": CodeInfo(
         "Workloads", _E, "an attachment names both or neither of `subnet` and `providerNetwork`, "
         "or attaches a provider network as primary, from a Cluster or a hosted VM, from another "
-        "region or fabric manager, or overlapping the workload's network"
+        "region or fabric manager, overlapping the workload's network or sharing no address "
+        "family with it"
     ),
     "PRIMARY_INVALID": CodeInfo(
         "Workloads", _E, "not exactly one primary among several attachments"

@@ -6,9 +6,8 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
-import netaddr
-
 from .check.context import AddressSpace, Context
+from .check.netutil import address, family_of
 from .models import first_subnet, segment_of
 from .schema import Manifest
 
@@ -59,6 +58,17 @@ class Model:
 
     def subnet_spaces(self, tenant: str | None, subnet: str) -> dict[int, AddressSpace]:
         return self.ctx.subnets.get((tenant, subnet), {})
+
+    def port_spaces(self, workload: Manifest, attachment: Any) -> dict[int, AddressSpace]:
+        """The address spaces of an attachment's port: its subnet's; on a provider network,
+        only the families the workload's own network has, since its groups (that
+        network's) can filter no other."""
+        tenant, name = segment_of(workload.tenant, attachment)
+        spaces = self.subnet_spaces(tenant, name)
+        if tenant is not None:
+            return spaces
+        own = self.network_cidrs(workload.tenant, self.network_of_workload(workload) or "")
+        return {version: space for version, space in spaces.items() if version in own}
 
     def pool_space(self, pool: str) -> AddressSpace | None:
         return self.ctx.pools.get(pool)
@@ -116,54 +126,76 @@ class Model:
                 out[(attachment.tenant, vn)].append(attachment)
         return out
 
-    def egress_closed(self, tenant: str | None, vn: str) -> bool:
-        """OSAC: attachments are inbound only. A network whose router has a way out (for
-        the replies of its attachments) but no NATGateway lets no new connection out."""
-        return (tenant, vn) not in self.nat_gateways and bool(
-            self.active_attachments.get((tenant, vn)))
+    def external_ip_family(self, tenant: str | None, name: str) -> int | None:
+        """The address family of an ExternalIP: its pool's (None: not known)."""
+        eip = self.get("ExternalIP", tenant, name)
+        space = self.pool_space(eip.obj.spec.pool) if eip is not None else None
+        return space.net.version if space is not None else None
 
-    def routed_inside(self, tenant: str | None, vn: str) -> list[str]:
-        """IPv4 destinations reached without the network's router: those its subnets route
-        through a next hop inside it (an appliance), and the provider networks its
-        workloads attach to. Reaching them never leaves the network."""
-        cidr = self.network_cidrs(tenant, vn).get(4)
+    def router_pools(self, tenant: str | None, vn: str) -> dict[int, tuple[str, str | None]]:
+        """The network router's external address in each family it needs one: family →
+        (its pool, the NATGateway's ExternalIP, or None for an address of the router's
+        own). A NATGateway's ExternalIP serves its family; every other family of the
+        network's ExternalIPAttachments gets an address of the router's own, from the
+        pool of its first attachment of that family."""
+        out: dict[int, tuple[str, str | None]] = {}
+        nat = self.nat_gateways.get((tenant, vn))
+        consumers = [(True, nat.obj.spec.external_ip)] if nat is not None else []
+        consumers += [(False, a.obj.spec.external_ip)
+                      for a in self.active_attachments.get((tenant, vn), ())]
+        for is_nat, name in consumers:
+            eip = self.get("ExternalIP", tenant, name)
+            version = self.external_ip_family(tenant, name)
+            if eip is not None and version is not None and version not in out:
+                out[version] = (eip.obj.spec.pool, name if is_nat else None)
+        return out
+
+    def egress_closed(self, tenant: str | None, vn: str) -> list[int]:
+        """OSAC: attachments are inbound only. The families in which the network's router
+        has a way out (for the replies of its attachments) but no NATGateway: in those it
+        lets no new connection out."""
+        nat = self.nat_gateways.get((tenant, vn))
+        translated = self.external_ip_family(tenant, nat.obj.spec.external_ip) \
+            if nat is not None else None
+        return sorted(v for v in self.router_pools(tenant, vn) if v != translated)
+
+    def routed_inside(self, tenant: str | None, vn: str, version: int) -> list[str]:
+        """Destinations of a family reached without the network's router: those its
+        subnets route through a next hop inside it (an appliance), and the provider
+        networks its workloads attach to. Reaching them never leaves the network."""
+        cidr = self.network_cidrs(tenant, vn).get(version)
         routed = {r.destination for s in self.kind("Subnet")
                   if s.tenant == tenant and s.obj.spec.virtual_network == vn
                   for r in s.obj.spec.routes
-                  if cidr is not None and ":" not in r.nexthop
-                  and netaddr.IPAddress(r.nexthop) in cidr}
-        return sorted(routed | self.provider_cidrs.get((tenant, vn), set()))
+                  if cidr is not None and family_of(r.nexthop) == version
+                  and address(r.nexthop) in cidr}
+        return sorted(routed | self.provider_cidrs.get((tenant, vn, version), set()))
 
     @cached_property
-    def provider_cidrs(self) -> dict[tuple[str | None, str], set[str]]:
-        """(tenant, VirtualNetwork) → what the provider networks its workloads attach to
-        reach without its router: their IPv4 CIDRs and the destinations of their routes."""
-        out: dict[tuple[str | None, str], set[str]] = defaultdict(set)
+    def provider_cidrs(self) -> dict[tuple[str | None, str, int], set[str]]:
+        """(tenant, VirtualNetwork, family) → what the provider networks its workloads
+        attach to reach without its router in that family: their CIDRs and the
+        destinations of their routes."""
+        out: dict[tuple[str | None, str, int], set[str]] = defaultdict(set)
         for workload in self.workloads:
+            vn = self.network_of_workload(workload)
             for attachment in workload.obj.spec.network_attachments:
                 name = attachment.provider_network
                 network = self.get("ProviderNetwork", None, name) if name else None
-                space = self.subnet_spaces(None, name).get(4) if name else None
-                vn = self.network_of_workload(workload)
-                if network is None or space is None or vn is None:
+                if network is None or vn is None:
                     continue
-                out[(workload.tenant, vn)] |= {str(space.net), *(
-                    r.destination for r in network.obj.spec.routes
-                    if ":" not in r.nexthop and netaddr.IPAddress(r.nexthop) in space.net)}
+                for version, space in self.port_spaces(workload, attachment).items():
+                    out[(workload.tenant, vn, version)] |= {str(space.net), *(
+                        r.destination for r in network.obj.spec.routes
+                        if family_of(r.nexthop) == version
+                        and address(r.nexthop) in space.net)}
         return out
 
-    def gateway_pools(self) -> list[tuple[str | None, str, str]]:
-        """(tenant, vn, pool) of routers that need an external address of their own.
-
-        A router with a NATGateway uses the gateway's ExternalIP; one with only
-        ExternalIPAttachments gets an address from the pool of its first attachment.
-        """
-        out = []
-        for (tenant, vn), attachments in sorted(self.active_attachments.items(),
-                                                key=lambda item: (item[0][0] or "", item[0][1])):
-            if (tenant, vn) in self.nat_gateways:
-                continue
-            eip = self.get("ExternalIP", tenant, attachments[0].obj.spec.external_ip)
-            if eip is not None:
-                out.append((tenant, vn, eip.obj.spec.pool))
-        return out
+    def gateway_pools(self) -> list[tuple[str | None, str, int, str]]:
+        """(tenant, vn, family, pool) of the external addresses routers need of their own
+        (router_pools)."""
+        return [(tenant, vn, version, pool)
+                for tenant, vn in sorted(self.active_attachments,
+                                         key=lambda tv: (tv[0] or "", tv[1]))
+                for version, (pool, eip) in sorted(self.router_pools(tenant, vn).items())
+                if eip is None]

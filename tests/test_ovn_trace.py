@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ import yaml
 
 from .conftest import EXAMPLE, copy_checkout, use_northbound
 from .support.ovnlab import OvnLab
+from .support.ovnrun import assert_noop
 
 OUTSIDE = "198.18.0.1"  # RFC 2544 benchmarking space: "somewhere on the Internet"
 OFFICE = "192.0.2.10"  # inside 192.0.2.0/24, the example's office / DR site
@@ -159,7 +161,8 @@ _OUTPUT = re.compile(r'^output\("([^"]+)"\);$')
 
 def _normal(name: str, value: str) -> str:
     """ovn-trace prints some MACs as integers (0x251fd534f4d)."""
-    if value.startswith("0x") and (name.startswith("eth.") or name in ("arp.sha", "arp.tha")):
+    if value.startswith("0x") and (name.startswith("eth.") or name in ("arp.sha", "arp.tha",
+                                                                       "nd.sll", "nd.tll")):
         digits = f"{int(value, 16):012x}"
         return ":".join(digits[i:i + 2] for i in range(0, 12, 2))
     return value
@@ -317,8 +320,25 @@ class Fabric:
         return trace(self.lab, port.switch, arp_request(port.name, port.mac, port.ip4, target),
                      "1", ())
 
+    def solicit(self, port: Port, target: str) -> Trace:
+        """`port`'s IPv6 neighbour solicitation for `target`, to its solicited-node group."""
+        assert port.ip6 is not None
+        group = ipaddress.IPv6Address(int(ipaddress.IPv6Address("ff02::1:ff00:0"))
+                                      | int(ipaddress.IPv6Address(target)) & 0xFFFFFF)
+        fields = {"inport": f'"{port.name}"', "eth.src": port.mac,
+                  "eth.dst": "33:33:" + ":".join(f"{b:02x}" for b in group.packed[-4:]),
+                  "ip6.src": port.ip6, "ip6.dst": str(group), "nd.target": target}
+        return trace(self.lab, port.switch, fields, "nd_ns", ())
+
     def resolve(self, port: Port, target: str) -> str:
-        """The MAC that answers `port`'s ARP request for `target`."""
+        """The MAC that answers `port`'s ARP request (IPv6: neighbour solicitation) for
+        `target`."""
+        if ":" in target:
+            result = self.solicit(port, target)
+            adverts = [f for name, f in result.outputs if name == port.name and "nd.tll" in f]
+            assert len(adverts) == 1, f"no single neighbour advertisement for {target}\n{result}"
+            assert adverts[0]["nd.target"] == target, result
+            return adverts[0]["nd.tll"]
         result = self.arp(port, target)
         replies = [f for name, f in result.outputs
                    if name == port.name and f.get("arp.op") == "2"]
@@ -337,6 +357,18 @@ def _append(repo: Path, rel: str, *docs: dict[str, Any]) -> None:
     path.write_text(old + "".join("\n---\n" + yaml.safe_dump(d, sort_keys=False) for d in docs))
 
 
+def _pool_gateways(repo: Path) -> dict[str, dict[int, str]]:
+    """Region → family → the address of the upstream router: its pools' gateway (by
+    default their first host)."""
+    out: dict[str, dict[int, str]] = {}
+    for pool in _docs(repo, "provider/pools.yaml"):
+        spec = pool["spec"]
+        cidr = ipaddress.ip_network(spec["cidr"])
+        gateway = spec.get("gateway") or str(cidr.network_address + 1)
+        out.setdefault(spec["region"], {}).setdefault(cidr.version, gateway)
+    return out
+
+
 @contextmanager
 def applied(root: Path, repo: Path) -> Iterator[Fabric]:
     """A lab whose Northbound holds the repo, applied by `unet apply`, plus upstream routers."""
@@ -347,13 +379,13 @@ def applied(root: Path, repo: Path) -> Iterator[Fabric]:
                              capture_output=True, text=True, cwd=repo, timeout=120)
         assert run.returncode == 0, run.stdout + run.stderr
         upstream = {}
-        for index, pool in enumerate(_docs(repo, "provider/pools.yaml"), start=1):
-            region, gateway = pool["spec"]["region"], pool["spec"]["gateway"]
+        for index, (region, gateways) in enumerate(sorted(_pool_gateways(repo).items()),
+                                                   start=1):
             switch = Northbound(lab).row(f"Logical_Switch/external/{region}")["name"]
             name, mac = f"upstream.{region}", UPSTREAM_MAC.format(index)
             lab.nbctl("lsp-add", switch, name, "--", "lsp-set-addresses", name,
-                      f"{mac} {gateway}")
-            upstream[region] = Port(name, switch, mac, gateway)
+                      " ".join([mac, *gateways.values()]))
+            upstream[region] = Port(name, switch, mac, gateways.get(4), gateways.get(6))
         lab.sync()
         yield Fabric(lab, Northbound(lab), repo, upstream)
 
@@ -998,3 +1030,268 @@ def _eui64(mac: str) -> str:
     octets[0] ^= 0x02
     eui = [*octets[:3], 0xFF, 0xFE, *octets[3:]]
     return ":".join(f"{eui[i]:02x}{eui[i + 1]:02x}" for i in range(0, 8, 2))
+
+
+# --- 9. address families ----------------------------------------------------------------------
+
+OUTSIDE6 = "2001:db8:ff::10"  # documentation space beyond every pool: "the Internet", IPv6
+PUBLIC6 = "2001:db8:100::/64"
+
+
+def _manifest(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def _edit(repo: Path, rel: str, kind: str, name: str, spec: dict[str, Any]) -> None:
+    """Update one document's spec (the file loses its comments)."""
+    docs = _docs(repo, rel)
+    doc = next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+    doc["spec"].update(spec)
+    (repo / rel).write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def _lab6(repo: Path, *subnets: dict[str, Any]) -> None:
+    """initech's dual-stack lab6 in region-a, with `subnets` (name and spec fields)."""
+    _append(repo, "tenants/initech/network.yaml", _manifest("VirtualNetwork", "lab6", {
+        "region": "region-a", "ipv4Cidr": "192.168.16.0/20", "ipv6Cidr": "fd20:1::/48"}),
+        *(_manifest("Subnet", s["name"], {"virtualNetwork": "lab6", **s["spec"]})
+          for s in subnets))
+
+
+HOSTS6 = {"name": "hosts6", "spec": {"ipv4Cidr": "192.168.17.0/24",
+                                     "ipv6Cidr": "fd20:1:0:1::/64"}}
+
+
+@pytest.fixture(scope="module")
+def ipv6_external(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    """The example plus region-a's IPv6 pool public6-a. acme's web-1 gets an IPv6
+    ExternalIP beside its IPv4 one (prod's NATGateway is IPv4; web now admits HTTPS and
+    sends in IPv6 too); initech's dual-stack lab6 gets a NATGateway whose ExternalIP is
+    IPv6, and h6-1 in its hosts6, whose IPv6 ExternalIP h6-1-web forwards 443 to 8443."""
+    root = tmp_path_factory.mktemp("trace-ipv6-external")
+    repo = root / "repo"
+    copy_checkout(EXAMPLE, repo)
+    _append(repo, "provider/pools.yaml",
+            _manifest("ExternalIPPool", "public6-a", {"region": "region-a", "cidr": PUBLIC6}))
+    web = next(d for d in _docs(repo, "tenants/acme/security-groups.yaml")
+               if d["metadata"]["name"] == "web")["spec"]
+    _edit(repo, "tenants/acme/security-groups.yaml", "SecurityGroup", "web", {
+        "ingress": [*web["ingress"], {"protocol": "tcp", "portFrom": 443, "portTo": 443,
+                                      "cidr": "::/0"}],
+        "egress": [*web["egress"], {"protocol": "all", "cidr": "::/0"}]})
+    _append(repo, "tenants/acme/external.yaml",
+            _manifest("ExternalIP", "web-1-public6", {"pool": "public6-a"}),
+            _manifest("ExternalIPAttachment", "web-1-public6", {
+                "externalIP": "web-1-public6",
+                "target": {"kind": "ComputeInstance", "name": "web-1"}}))
+    _lab6(repo, HOSTS6)
+    _append(repo, "tenants/initech/security-groups.yaml", _manifest("SecurityGroup", "web6", {
+        "virtualNetwork": "lab6",
+        "ingress": [{"protocol": "tcp", "portFrom": 8443, "portTo": 8443, "cidr": "::/0"}],
+        "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"},
+                   {"protocol": "all", "cidr": "::/0"}]}))
+    _append(repo, "tenants/initech/compute.yaml", _manifest("ComputeInstance", "h6-1", {
+        "networkAttachments": [{"subnet": "hosts6", "securityGroups": ["web6"]}]}))
+    _append(repo, "tenants/initech/external.yaml",
+            _manifest("ExternalIP", "lab6-nat", {"pool": "public6-a"}),
+            _manifest("NATGateway", "lab6", {"virtualNetwork": "lab6",
+                                             "externalIP": "lab6-nat"}),
+            _manifest("ExternalIP", "h6-1-web", {"pool": "public6-a"}),
+            _manifest("ExternalIPAttachment", "h6-1-web", {
+                "externalIP": "h6-1-web", "target": {"kind": "ComputeInstance", "name": "h6-1"},
+                "ports": [{"protocol": "tcp", "externalPort": 443, "internalPort": 8443}]}))
+    with applied(root, repo) as fabric:
+        yield fabric
+
+
+def test_an_ipv6_external_ip_reaches_its_targets_ipv6_address(ipv6_external: Fabric) -> None:
+    """v6→v6: the IPv6 ExternalIP goes to web-1's IPv6 address (it went to its IPv4 one:
+    NAT64 nobody asked for), replies leave from it, and the IPv4 one is unchanged. prod's
+    NATGateway is IPv4, so no new IPv6 connection leaves prod (inbound only, as in IPv4)."""
+    fabric, nb = ipv6_external, ipv6_external.nb
+    web1 = nb.port("acme", "ComputeInstance", "web-1")
+    public6 = nb.external_ip("acme", "web-1-public6")
+    web, prod = nb.group("acme", "prod", "web"), nb.group("acme", "prod")
+    upstream = fabric.upstream["region-a"]
+    gw = nb.gateway("acme", "web")
+    assert web1.ip6 and ipaddress.ip_address(public6) in ipaddress.ip_network(PUBLIC6)
+
+    https = _inbound(fabric, "region-a", public6, TCP.format(443), src=OUTSIDE6)
+    packet = delivered(https, web1)
+    assert (packet["ip6.src"], packet["ip6.dst"]) == (OUTSIDE6, web1.ip6)
+    assert packet["eth.dst"] == web1.mac
+    allowed_by(https, "ls_out_acl", f"outport == @{web} && ip6", "tcp.dst == 443")
+    dropped(_inbound(fabric, "region-a", public6, TCP.format(22), src=OUTSIDE6),
+            "ls_out_acl", web1.switch, f"outport == @{prod} && ip")
+
+    reply = fabric.send(web1, gw.mac, OUTSIDE6, "ip.ttl == 64 && tcp && tcp.src == 443 && "
+                        "tcp.dst == 40000", ct=("--ct=est,rpl",) * 6)
+    assert delivered(reply, upstream)["eth.dst"] == upstream.mac  # via the pool's gateway
+    assert any(s.table == "lr_out_undnat" and any("ct_dnat" in a for a in s.actions)
+               for s in reply.stages), reply
+
+    v4 = _inbound(fabric, "region-a", nb.external_ip("acme", "web-1-public"), TCP.format(443))
+    assert delivered(v4, web1)["ip4.dst"] == web1.ip4
+
+    out = fabric.send(web1, gw.mac, OUTSIDE6, TCP.format(443))
+    dropped(out, "ls_in_acl", web1.switch, f"inport == @{prod} && ip6 && ct.new")
+    snat = fabric.send(web1, gw.mac, OUTSIDE, TCP.format(443))  # IPv4 still leaves
+    assert delivered(snat, upstream)["ip4.src"] == nb.external_ip("acme", "prod-nat")
+    # The router's IPv6 address of its own is recorded: planning again changes nothing.
+    assert_noop(fabric.repo, fabric.repo)
+
+
+def test_a_nat_gateways_ipv6_address_translates_the_networks_ipv6(
+        ipv6_external: Fabric) -> None:
+    """lab6's NATGateway has an IPv6 ExternalIP: h6-1's IPv6 leaves from it (v6→v6), and
+    its IPv4 has no way out (the router has no IPv4 address outside)."""
+    fabric, nb = ipv6_external, ipv6_external.nb
+    h6 = nb.port("initech", "ComputeInstance", "h6-1")
+    gw = nb.gateway("initech", "hosts6")
+    upstream = fabric.upstream["region-a"]
+    nat6 = nb.external_ip("initech", "lab6-nat")
+    outside = nb.router_port("Logical_Router_Port/initech/lab6/external")
+    assert (outside.ip4, outside.ip6) == (None, nat6)
+
+    out = fabric.send(h6, gw.mac, OUTSIDE6, TCP.format(443))
+    packet = delivered(out, upstream)
+    assert (packet["ip6.src"], packet["ip6.dst"]) == (nat6, OUTSIDE6)
+    assert (packet["eth.src"], packet["eth.dst"]) == (outside.mac, upstream.mac)
+    assert any(s.table == "lr_out_snat" for s in out.stages), out
+
+    dropped(fabric.send(h6, gw.mac, OUTSIDE, TCP.format(443)), "lr_in_ip_routing",
+            nb.row("Logical_Router/initech/lab6")["name"])
+    # Nor does the NAT gateway's address admit new connections from outside.
+    inbound = fabric.send(upstream, outside.mac, nat6, TCP.format(443), src=OUTSIDE6)
+    assert inbound.ports == [], inbound
+
+
+def test_an_ipv6_address_forwards_its_ports_to_the_targets_ipv6_address(
+        ipv6_external: Fabric) -> None:
+    """h6-1-web forwards tcp 443 of an IPv6 address to h6-1's IPv6 address, port 8443 (a
+    load balancer on lab6's router); every other port of the address goes nowhere."""
+    fabric, nb = ipv6_external, ipv6_external.nb
+    h6 = nb.port("initech", "ComputeInstance", "h6-1")
+    public6 = nb.external_ip("initech", "h6-1-web")
+    https = _inbound(fabric, "region-a", public6, TCP.format(443), src=OUTSIDE6)
+    delivered(https, h6)
+    assert any(s.table == "lr_in_dnat" and f"backends=[{h6.ip6}]:8443" in " ".join(s.actions)
+               for s in https.stages), https
+    allowed_by(https, "ls_out_acl", "ip6", "tcp.dst == 8443")
+    for port in (8443, 22):
+        other = _inbound(fabric, "region-a", public6, TCP.format(port), src=OUTSIDE6)
+        assert h6.name not in [name for name, _ in other.outputs], other
+
+
+def test_an_ipv6_external_ip_for_a_target_without_ipv6_is_refused(
+        ipv6_external: Fabric, tmp_path: Path) -> None:
+    """initech's ci-runner-1 has no IPv6 address (lab is IPv4 only): an IPv6 ExternalIP
+    cannot reach it, and validation says so, naming it."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ipv6_external.repo, repo)
+    _append(repo, "tenants/initech/external.yaml",
+            _manifest("ExternalIP", "runner-public6", {"pool": "public6-a"}),
+            _manifest("ExternalIPAttachment", "runner-public6", {
+                "externalIP": "runner-public6",
+                "target": {"kind": "ComputeInstance", "name": "ci-runner-1"}}))
+    run = subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", str(repo),
+                          "--format", "json"], capture_output=True, text=True, cwd=repo,
+                         timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    errors = [d for d in json.loads(run.stdout)["diagnostics"] if d["severity"] == "error"]
+    assert [(d["code"], d["file"], d["message"]) for d in errors] == [(
+        "ATTACHMENT_TARGET_UNREACHABLE", "tenants/initech/external.yaml",
+        "ComputeInstance/initech/ci-runner-1 cannot be reached at IPv6 ExternalIP "
+        "'runner-public6': its subnet 'build' has no IPv6 CIDR")]
+
+
+SHARED = ("02:00:5e:00:46:0a", "192.168.70.10", "fd00:70::10")  # a provider's host on shared-a
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    """The example plus initech's dual-stack lab6 in region-a: hosts6, and quiet, whose
+    IPv4 has no gateway (`gateway: null`) while its IPv6 keeps one; and the provider's
+    dual-stack shared-a, which initech's nas-4 (lab: IPv4 only) and h6-1 (lab6: dual
+    stack) attach to beside their own networks."""
+    root = tmp_path_factory.mktemp("trace-families")
+    repo = root / "repo"
+    copy_checkout(EXAMPLE, repo)
+    _append(repo, "provider/networks.yaml", _manifest("ProviderNetwork", "shared-a", {
+        "region": "region-a", "segmentId": 1990, "tenants": ["initech"],
+        "ipv4Cidr": "192.168.70.0/24", "ipv6Cidr": "fd00:70::/64",
+        "allocationRanges": [{"start": "192.168.70.100", "end": "192.168.70.199"},
+                             {"start": "fd00:70::100", "end": "fd00:70::1ff"}]}))
+    _lab6(repo, HOSTS6, {"name": "quiet", "spec": {
+        "ipv4Cidr": "192.168.18.0/24", "ipv6Cidr": "fd20:1:0:2::/64", "gateway": None}})
+    _append(repo, "tenants/initech/compute.yaml", _manifest("ComputeInstance", "h6-1", {
+        "networkAttachments": [{"subnet": "hosts6", "primary": True},
+                               {"providerNetwork": "shared-a"}]}),
+        _manifest("ComputeInstance", "q-1", {"networkAttachments": [{"subnet": "quiet"}]}),
+        _manifest("ComputeInstance", "nas-4", {
+            "networkAttachments": [{"subnet": "build", "primary": True},
+                                   {"providerNetwork": "shared-a"}]}))
+    with applied(root, repo) as fabric:
+        yield fabric
+
+
+def test_gateway_null_isolates_its_own_family_only(families: Fabric) -> None:
+    """quiet has no IPv4 gateway but an IPv6 one: its router port carries IPv6 only, so
+    IPv4 sent to that port's MAC goes nowhere (it was routed into lab6's other subnets),
+    while IPv6 is routed as on any subnet."""
+    fabric, nb = families, families.nb
+    q1 = nb.port("initech", "ComputeInstance", "q-1")
+    h6 = nb.port("initech", "ComputeInstance", "h6-1")
+    router_port = nb.gateway("initech", "quiet")
+    assert (router_port.ip4, q1.ip4 is not None, q1.ip6 is not None) == (None, True, True)
+    router = nb.row("Logical_Router/initech/lab6")["name"]
+    isolated = nb.row("Port_Group/initech/lab6/quiet/router")["name"]
+
+    for rest in (TCP.format(22), "ip.ttl == 64 && icmp4 && icmp4.type == 8"):
+        v4 = fabric.send(q1, router_port.mac, h6.ip4, rest)
+        assert v4.ports == [] and router not in v4.datapaths, f"IPv4 was routed\n{v4}"
+        dropped(v4, "ls_out_acl", q1.switch, f"outport == @{isolated} && ip4")
+    v6 = fabric.send(q1, router_port.mac, h6.ip6, TCP.format(22))
+    packet = delivered(v6, h6)
+    assert (packet["ip6.src"], packet["ip6.dst"]) == (q1.ip6, h6.ip6)
+    assert router in v6.datapaths
+
+    # What the router would send into quiet in IPv4 goes nowhere either.
+    inject = {"inport": f'"{nb.row("Logical_Switch_Port/initech/quiet/router")["name"]}"',
+              "eth.src": router_port.mac, "eth.dst": q1.mac, "ip4.src": h6.ip4,
+              "ip4.dst": q1.ip4}
+    dropped(trace(fabric.lab, q1.switch, inject, TCP.format(22)), "ls_in_acl", q1.switch,
+            f"inport == @{isolated} && ip4")
+
+    # Nor does hosts6 reach quiet's IPv4: the router has no route there.
+    back = fabric.send(h6, nb.gateway("initech", "hosts6").mac, q1.ip4, TCP.format(22))
+    dropped(back, "lr_in_ip_routing", router)
+
+
+def test_a_port_on_a_provider_network_carries_its_own_networks_families(
+        families: Fabric) -> None:
+    """shared-a is dual stack. nas-4's network (lab) is IPv4 only, and so is its port on
+    shared-a: it has no IPv6 address there for its groups to drop. h6-1's network is dual
+    stack: its port has both, and the implicit default group lets it reach the provider's
+    hosts in both families."""
+    fabric, nb = families, families.nb
+    nas = nb.port("initech", "ComputeInstance", "nas-4", 1)
+    h6 = nb.port("initech", "ComputeInstance", "h6-1", 1)
+    localnet = nb.row("Logical_Switch_Port/None/shared-a/localnet")["name"]
+    assert nas.switch == h6.switch == "unet-pn.shared-a"
+    assert (nas.ip4 is not None, nas.ip6) == (True, None)
+    row = nb.row("Logical_Switch_Port/initech/ComputeInstance/nas-4/1")
+    assert _as_list(row["port_security"]) == _as_list(row["addresses"])
+    assert row["dhcpv6_options"] == [], "no DHCPv6 for an address it does not have"
+
+    lab, lab6 = nb.group("initech", "lab", "default"), nb.group("initech", "lab6", "default")
+    nfs = fabric.send(nas, SHARED[0], SHARED[1], TCP.format(2049))
+    delivered(nfs, localnet)
+    allowed_by(nfs, "ls_in_acl", f"inport == @{lab} && ip4")
+
+    assert h6.ip4 and h6.ip6 and ipaddress.ip_address(h6.ip6) in \
+        ipaddress.ip_network("fd00:70::/64")
+    for dst in SHARED[1:]:
+        out = fabric.send(h6, SHARED[0], dst, TCP.format(2049))
+        delivered(out, localnet)
+        allowed_by(out, "ls_in_acl", f"inport == @{lab6} && ip{6 if ':' in dst else 4}")

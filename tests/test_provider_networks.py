@@ -246,8 +246,15 @@ def test_a_live_tenant_segment_is_never_taken_by_a_provider_network(
 
 def test_the_providers_own_hosts_are_never_handed_to_tenants() -> None:
     """Without allocationRanges the whole CIDR is the tenants' to draw from, except what
-    unet knows to be the provider's: the first host, DNS and NTP servers, next hops."""
+    unet knows to be the provider's: the first host, DNS and NTP servers, next hops.
+    (globex's corp gets IPv6 too: a port on a provider network has its network's
+    families only.)"""
     files = copy.deepcopy(EXAMPLE_FILES)
+    globex = next(d for d in files["provider/tenants/globex.yaml"] if d["kind"] == "Tenant")
+    globex["spec"]["allowedCidrs"].append("fd00::/8")
+    corp = next(d for d in files["tenants/globex/network.yaml"]
+                if d["kind"] == "VirtualNetwork")
+    corp["spec"]["ipv6Cidr"] = "fd10:bbbb::/48"
     spec = _storage(files)["spec"]
     del spec["allocationRanges"]
     spec.update(dnsServers=["192.168.50.2"], ntpServers=["192.168.50.3"],

@@ -193,20 +193,23 @@ class _Policies:
         return ingress, self._confined(egress)
 
     def _confined(self, egress: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """As on the fabric: without a NATGateway, no new connection leaves the network
-        (OSAC), so IPv4 destinations are cut to its inside (replies flow regardless)."""
+        """As on the fabric: in a family without a NATGateway but with a way out, no new
+        connection leaves the network (OSAC), so destinations of that family are cut to
+        its inside (replies flow regardless)."""
         cidrs = self.model.network_cidrs(self.tenant, self.vn)
-        if 4 not in cidrs or not self.model.egress_closed(self.tenant, self.vn):
+        inside = {version: [network(c) for c in (
+            str(cidrs[version]), *self.model.routed_inside(self.tenant, self.vn, version))]
+            for version in self.model.egress_closed(self.tenant, self.vn) if version in cidrs}
+        if not inside:
             return egress
-        inside = [network(c) for c in (
-            str(cidrs[4]), *self.model.routed_inside(self.tenant, self.vn))]
         out = []
         for rule in egress:
             peers: list[dict[str, Any]] = []
             for peer in rule["to"]:
                 net = network(peer["ipBlock"]["cidr"])
-                cut = [net] if net.version == 6 or any(net in own for own in inside) else \
-                    [own for own in inside if own in net]
+                own = inside.get(net.version)
+                cut = [net] if own is None or any(net in o for o in own) else \
+                    [o for o in own if o in net]
                 peers += [{"ipBlock": {"cidr": str(n)}} for n in cut
                           if {"ipBlock": {"cidr": str(n)}} not in peers]
             if peers:

@@ -50,6 +50,8 @@ PRIORITY_DROP = 1000
 PRIORITY_INFRA = 1001
 PRIORITY_RULE = 1002
 PRIORITY_NO_EGRESS = 1003  # above every rule: no NATGateway, no new connection out
+#: Destinations that never leave a segment: broadcast and multicast (IPv6: link-local too).
+_LINK_SCOPE = {4: ("255.255.255.255", "224.0.0.0/4"), 6: ("fe80::/10", "ff00::/8")}
 #: On an ACL: what it opens to traffic from outside its network, in words, for people who
 #: read the Northbound (plans read it from the row itself: `exposure`).
 TAG_EXPOSURE = "unet:exposure"
@@ -263,13 +265,17 @@ class _Renderer:
             ("to-lport", PRIORITY_INFRA, f"outport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
         ]
         cidrs = self.model.network_cidrs(vn.tenant, vn.name)
-        if 4 in cidrs and self.model.egress_closed(vn.tenant, vn.name):
+        for version in self.model.egress_closed(vn.tenant, vn.name):
+            if version not in cidrs:
+                continue
             # The router has a way out, for the replies of inbound connections: new
             # connections from the network to outside it must not take it.
-            inside = [str(cidrs[4]), *self.model.routed_inside(vn.tenant, vn.name),
-                      "255.255.255.255", "224.0.0.0/4"]
+            inside = [str(cidrs[version]), *self.model.routed_inside(vn.tenant, vn.name,
+                                                                     version),
+                      *_LINK_SCOPE[version]]
+            family = f"ip{version}"
             rules.append(("from-lport", PRIORITY_NO_EGRESS,
-                          f"inport == @{pg} && ip4 && ct.new && ip4.dst != "
+                          f"inport == @{pg} && {family} && ct.new && {family}.dst != "
                           f"{{{', '.join(inside)}}}", "drop"))
         for direction, priority, match, action in rules:
             self._acl(group, vn.ref, direction, priority, match, action)
@@ -310,9 +316,24 @@ class _Renderer:
                 "options": {"router-port": f"unet.{t}.{name}.gw"}, "port_security": [],
                 "tag_request": None,
             }, parent=(switch, "ports"))
+            for version in sorted(v for v in spaces if v not in gateways):
+                self._isolate(subnet, version)
         if spec.dhcp:
             self._dhcp(subnet, spaces, gateways, mac)
         self._localnet(subnet, switch)
+
+    def _isolate(self, subnet: Manifest, version: int) -> None:
+        """The family a subnet has no gateway in is isolated although the other has one:
+        the router routes whatever is sent to its port's MAC, so nothing of that family
+        passes the router's switch port, either way."""
+        t, vn = subnet.tenant, subnet.obj.spec.virtual_network
+        group = key("Port_Group", t, vn, subnet.name, "router")
+        pg = ident("unet", t, vn, subnet.name, "router")  # never a security group's name
+        self.out.add("Port_Group", group, subnet.ref, {"name": pg}, refs={
+            "ports": (key("Logical_Switch_Port", t, subnet.name, "router"),)})
+        for direction, port in (("to-lport", "outport"), ("from-lport", "inport")):
+            self._acl(group, subnet.ref, direction, PRIORITY_DROP,
+                      f"{port} == @{pg} && ip{version}", "drop")
 
     def _provider_network(self, network: Manifest) -> None:
         """A provider's VLAN: a switch bridged to it by a localnet port with its fixed tag,
@@ -471,7 +492,7 @@ class _Renderer:
         for index, attachment in enumerate(attachments):
             port = port_key(workload, index)
             segment = segment_of(t, attachment)
-            spaces = self.model.subnet_spaces(*segment)
+            spaces = self.model.port_spaces(workload, attachment)
             # A cluster's VIPs come from its first subnet: recorded there, so they are
             # held in that subnet only.
             meta = {TAG_IMMUTABLE: identity, **self.recorded(
@@ -515,68 +536,94 @@ class _Renderer:
             meta=self.recorded(external_key(eip.tenant, eip.name)))
 
     def _gateway(self, vn: Manifest) -> None:
+        """The router's way out: its port on the region's external switch, the default
+        route of each family the port has an address in, the NATGateway's SNAT and the
+        attachments' DNAT."""
         t = vn.tenant
+        addresses = self._router_addresses(vn)
+        if not addresses:
+            return
         nat = self.model.nat_gateways.get((t, vn.name))
-        attachments = self.model.active_attachments.get((t, vn.name), [])
-        if nat is None and not attachments:
-            return
-        if nat is not None:
-            eip = self.model.get("ExternalIP", t, nat.obj.spec.external_ip)
-            address_key = external_key(t, nat.obj.spec.external_ip)
-            owner = nat.ref
-        else:
-            eip = self.model.get("ExternalIP", t, attachments[0].obj.spec.external_ip)
-            address_key = router_gateway_key(t, vn.name)
-            owner = vn.ref
-        pool = self.model.get("ExternalIPPool", None, eip.obj.spec.pool) if eip else None
-        space = self.model.pool_space(pool.name) if pool is not None else None
-        if pool is None or space is None:
-            return
-        address, known = self.value(address_key)
+        owner = nat.ref if nat is not None else vn.ref
+        values = {version: self.value(alloc) for version, (alloc, _space) in addresses.items()}
+        lrp_key = self._gateway_port(vn, addresses, values, owner)
+        for version, (_alloc, space) in addresses.items():
+            self._default_route(vn, version, space, owner)
         router = key("Logical_Router", t, vn.name)
+        cidrs = self.model.network_cidrs(t, vn.name)
+        translated = self.model.external_ip_family(t, nat.obj.spec.external_ip) \
+            if nat is not None else None
+        if nat is not None and translated in cidrs and translated in values:
+            self._nat(router, lrp_key, key("NAT", t, vn.name, "snat"), nat.ref, "snat",
+                      values[translated], str(cidrs[translated]))
+        for attachment in self.model.active_attachments.get((t, vn.name), []):
+            self._dnat(router, lrp_key, attachment)
+
+    def _gateway_port(self, vn: Manifest, addresses: dict[int, tuple[str, Any]],
+                      values: dict[int, tuple[str, bool]], owner: str) -> str:
+        """The router's port on the external switch, with an address in each family its
+        NATGateway and attachments use (model.router_pools); its key."""
+        t = vn.tenant
         lrp_key = key("Logical_Router_Port", t, vn.name, "external")
-        lrp_name = f"unet.{t}.{vn.name}.ext"
+        lrp_name = _gateway_port_name(vn)
+        known = all(found for _value, found in values.values())
         self.out.add("Logical_Router_Port", lrp_key, owner, {
             "name": lrp_name, "mac": self.mac(lrp_key),
-            "networks": [f"{address}/{space.net.prefixlen}"], "ipv6_ra_configs": {},
-            "options": {},
-        }, parent=(router, "ports"), unknown=frozenset() if known else frozenset({"networks"}),
-            meta=self.recorded(address_key))
+            "networks": [f"{values[v][0]}/{space.net.prefixlen}"
+                         for v, (_alloc, space) in addresses.items()],
+            "ipv6_ra_configs": {}, "options": {},
+        }, parent=(key("Logical_Router", t, vn.name), "ports"),
+            unknown=frozenset() if known else frozenset({"networks"}),
+            meta=self.recorded(*(alloc for alloc, _space in addresses.values())))
         self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", t, vn.name, "external"),
                      owner, {
             "name": f"{lrp_name}.router", "type": "router", "addresses": ["router"],
             "options": {"router-port": lrp_name}, "port_security": [], "tag_request": None,
-        }, parent=(key("Logical_Switch", "external", pool.obj.spec.region), "ports"))
+        }, parent=(key("Logical_Switch", "external", vn.obj.spec.region), "ports"))
         for priority, chassis in enumerate(reversed(self.chassis), start=1):
             self.out.add("Gateway_Chassis", key("Gateway_Chassis", t, vn.name, chassis), owner, {
                 "name": f"{lrp_name}.{chassis}", "chassis_name": chassis, "priority": priority,
             }, parent=(lrp_key, "gateway_chassis"))
-        gateway = str(_ip(space.gateway, 4)) if space.gateway is not None else None
-        if gateway is not None:
-            self.out.add("Logical_Router_Static_Route", key("Logical_Router_Static_Route", t,
-                                                            vn.name, "default"), owner, {
-                "ip_prefix": "0.0.0.0/0", "nexthop": gateway, "output_port": lrp_name,
-                "policy": None, "route_table": "",
-            }, parent=(router, "static_routes"))
-        cidrs = self.model.network_cidrs(t, vn.name)
-        if nat is not None and 4 in cidrs:
-            self._nat(router, lrp_key, key("NAT", t, vn.name, "snat"), nat.ref, "snat",
-                      (address, known), str(cidrs[4]))
-        for attachment in attachments:
-            self._dnat(router, lrp_key, attachment)
+        return lrp_key
+
+    def _router_addresses(self, vn: Manifest) -> dict[int, tuple[str, Any]]:
+        """Family → (allocation key, pool space) of the router's external addresses."""
+        out = {}
+        for version, (pool, eip) in sorted(self.model.router_pools(vn.tenant, vn.name).items()):
+            space = self.model.pool_space(pool)
+            if space is not None:
+                out[version] = (external_key(vn.tenant, eip) if eip is not None
+                                else router_gateway_key(vn.tenant, vn.name, version), space)
+        return out
+
+    def _default_route(self, vn: Manifest, version: int, space: Any, owner: str) -> None:
+        """To the gateway of the pool the router's address of this family is from."""
+        if space.gateway is None:
+            return
+        # The IPv4 route keeps the key it always had.
+        self.out.add("Logical_Router_Static_Route", key(
+            "Logical_Router_Static_Route", vn.tenant, vn.name, "default",
+            *(() if version == 4 else (f"ipv{version}",))), owner, {
+            "ip_prefix": "0.0.0.0/0" if version == 4 else "::/0",
+            "nexthop": str(_ip(space.gateway, version)),
+            "output_port": _gateway_port_name(vn), "policy": None, "route_table": "",
+        }, parent=(key("Logical_Router", vn.tenant, vn.name), "static_routes"))
 
     def _dnat(self, router: str, lrp_key: str, attachment: Manifest) -> None:
+        """To the target's address of the ExternalIP's family (v6→v6, never NAT64)."""
         t, spec = attachment.tenant, attachment.obj.spec
         external = self.value(external_key(t, spec.external_ip))
+        version = self.model.external_ip_family(t, spec.external_ip) or 4
         target = spec.target
         if target.kind == "Cluster":
             internal = self.value(vip_key(t, target.name, target.endpoint))
         else:
             workload = self.model.get(target.kind, t, target.name)
             index = _primary_index(workload) if workload is not None else 0
-            internal = self.value(ip_of_port(f"{t}/{target.kind}/{target.name}/{index}", 4))
+            internal = self.value(ip_of_port(f"{t}/{target.kind}/{target.name}/{index}",
+                                             version))
         if spec.ports:
-            self._port_forwards(attachment, external, internal)
+            self._port_forwards(attachment, external, internal, version)
             return
         # `dnat`, not `dnat_and_snat`: inbound only (OSAC); the target's replies are
         # translated back, its new connections leave through the NATGateway, if any.
@@ -584,14 +631,14 @@ class _Renderer:
                   "dnat", external, internal[0], internal[1])
 
     def _port_forwards(self, attachment: Manifest, external: tuple[str, bool],
-                       internal: tuple[str, bool]) -> None:
+                       internal: tuple[str, bool], version: int) -> None:
         """Only the given ports, each to its internal port: a load balancer of one backend
         per protocol on the network's router (PlasmaVMC's port forwarding)."""
         t, forwards = attachment.tenant, attachment.obj.spec.ports
         unknown = frozenset() if external[1] and internal[1] else frozenset({"vips"})
         for protocol in sorted({f.protocol for f in forwards}):
-            vips = {f"{external[0]}:{f.external_port}":
-                    f"{internal[0]}:{f.internal_port or f.external_port}"
+            vips = {_endpoint(external[0], f.external_port, version):
+                    _endpoint(internal[0], f.internal_port or f.external_port, version)
                     for f in forwards if f.protocol == protocol}
             self.out.add("Load_Balancer", _balancer_key(attachment, protocol), attachment.ref, {
                 "name": ident("unet", t, attachment.name, protocol), "vips": vips,
@@ -786,6 +833,15 @@ def _dhcp4_server(space: Any, gateway: str | None) -> str | None:
         return gateway
     first = space.net.first + 1
     return str(_ip(first, 4)) if space.net.size > 2 and first in space.reserved else None
+
+
+def _gateway_port_name(vn: Manifest) -> str:
+    return f"unet.{vn.tenant}.{vn.name}.ext"
+
+
+def _endpoint(address: str, port: int, version: int) -> str:
+    """An address and a port as a load balancer's VIP or backend: IPv6 in brackets."""
+    return f"{address}:{port}" if version == 4 else f"[{address}]:{port}"
 
 
 def _balancer_key(attachment: Manifest, protocol: str) -> str:

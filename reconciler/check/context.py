@@ -27,6 +27,9 @@ class AddressSpace:
     ranges: list[tuple[int, int]]  # where allocation draws from
     vip_block: tuple[int, int] | None = None  # cluster VIPs only
     ranges_known: bool = True  # False when a declared range was rejected: capacity unknown
+    #: Reserved addresses that a port already holding one keeps: the first host of a subnet
+    #: without an IPv4 gateway and with DHCP off, which unet handed out before it kept it.
+    kept_if_held: set[int] = field(default_factory=set)
     owner: str = ""  # "Subnet/acme/web"
 
 

@@ -9,7 +9,7 @@ from ..models import Capability, first_subnet
 from ..schema import Manifest
 from .classes import require
 from .context import Context, Path_
-from .netutil import parse_ip
+from .netutil import family_name, family_of, parse_ip
 
 
 def check_external_ips(ctx: Context) -> None:
@@ -78,7 +78,7 @@ def check_consumers(ctx: Context) -> None:
     for attachment in ctx.kind("ExternalIPAttachment"):
         eip = _consume(ctx, attachment, consumers)
         _check_ports(ctx, attachment)
-        vn = _check_target(ctx, attachment)
+        vn = _check_target(ctx, attachment, eip)
         if vn is not None:
             require(ctx, attachment, ("kind",), ctx.vn_class.get((attachment.tenant, vn.name)),
                     Capability.EXTERNAL_IPS, "an ExternalIPAttachment")
@@ -100,6 +100,7 @@ def check_consumers(ctx: Context) -> None:
         require(ctx, gateway, ("kind",), ctx.vn_class.get((gateway.tenant, vn.name)),
                 Capability.NAT_GATEWAYS, "a NATGateway")
         _same_region(ctx, gateway, eip, vn)
+        _check_nat_family(ctx, gateway, eip, vn)
     _check_cluster_prerequisites(ctx, nat_per_network)
 
 
@@ -127,7 +128,30 @@ def _consume(ctx: Context, consumer: Manifest,
     return eip
 
 
-def _check_target(ctx: Context, attachment: Manifest) -> Manifest | None:
+def _family(ctx: Context, eip: Manifest | None) -> int | None:
+    """An ExternalIP's address family: its pool's (None: not known)."""
+    space = ctx.pools.get(eip.obj.spec.pool) if eip is not None else None
+    return space.net.version if space is not None else None
+
+
+def _check_nat_family(ctx: Context, gateway: Manifest, eip: Manifest | None,
+                      vn: Manifest) -> None:
+    """A NATGateway translates its network's CIDR of its ExternalIP's family (v6→v6 for
+    an IPv6 one): the network must have one."""
+    version = _family(ctx, eip)
+    if eip is None or version is None or \
+            getattr(vn.obj.spec, f"ipv{version}_cidr") is not None:
+        return
+    family = family_name(version)
+    ctx.report("NAT_GATEWAY_FAMILY_MISSING", gateway, ("spec", "externalIP"),
+               f"NATGateway '{gateway.name}' cannot translate {family} ExternalIP "
+               f"'{eip.name}': VirtualNetwork '{vn.name}' has no {family} CIDR",
+               f"use an ExternalIP of a pool of the network's family, or give the network an "
+               f"{family} CIDR")
+
+
+def _check_target(ctx: Context, attachment: Manifest, eip: Manifest | None
+                  ) -> Manifest | None:
     """Check the target; return its VirtualNetwork when it is declared and placed."""
     target = attachment.obj.spec.target
     path: Path_ = ("spec", "target")
@@ -147,33 +171,59 @@ def _check_target(ctx: Context, attachment: Manifest) -> Manifest | None:
                      first_subnet(workload.obj.spec.network_attachments))
     if subnet is None:
         return None
-    _check_reachable(ctx, attachment, workload)
+    _check_reachable(ctx, attachment, workload, eip)
     return ctx.get("VirtualNetwork", attachment.tenant, subnet.obj.spec.virtual_network)
 
 
-def _check_reachable(ctx: Context, attachment: Manifest, workload: Manifest) -> None:
-    """The address the NAT goes to must be IPv4 behind the router: its subnet needs an
-    IPv4 CIDR and a gateway (a Cluster's VIPs sit in its only subnet)."""
+def _check_reachable(ctx: Context, attachment: Manifest, workload: Manifest,
+                     eip: Manifest | None) -> None:
+    """The NAT goes to the target's address of the ExternalIP's family (v6→v6, never
+    NAT64), behind the router: its primary subnet needs a CIDR and a gateway of that
+    family, and a Cluster's VIP (in its only subnet) must be of that family."""
+    version = _family(ctx, eip) or 4
+    family = family_name(version)
     attachments = workload.obj.spec.network_attachments
     primary = next((a for a in attachments if a.primary), attachments[0])
     spaces = ctx.subnets.get((attachment.tenant, primary.subnet))
     if spaces is None:
         return  # the subnet is reported
-    space = spaces.get(4)
-    if space is None and _rejected_ipv4(ctx, attachment.tenant, primary.subnet):
+    space = spaces.get(version)
+    endpoint = attachment.obj.spec.target.endpoint
+    vip = _vip_family(workload, endpoint)
+    if space is None and _rejected_family(ctx, attachment.tenant, primary.subnet, version):
         return  # it has one, rejected and reported
-    why = f"its subnet '{primary.subnet}' has no IPv4 CIDR" if space is None else \
-        f"its subnet '{primary.subnet}' has no gateway" if space.gateway is None else None
-    if why is not None:
-        ctx.report("ATTACHMENT_TARGET_UNREACHABLE", attachment, ("spec", "target", "name"),
-                   f"{workload.ref} cannot be reached from outside: {why}",
-                   "attach an IPv4 subnet with a gateway as the workload's primary")
+    if space is None:
+        why = f"its subnet '{primary.subnet}' has no {family} CIDR"
+    elif space.gateway is None:
+        why = f"its subnet '{primary.subnet}' has no {family} gateway"
+    elif vip is not None and vip != version:
+        why = f"its {endpoint} VIP is {family_name(vip)}"
+    else:
+        return
+    where = f"at {family} ExternalIP '{eip.name}'" if eip is not None else "from outside"
+    ctx.report("ATTACHMENT_TARGET_UNREACHABLE", attachment, ("spec", "target", "name"),
+               f"{workload.ref} cannot be reached {where}: {why}",
+               f"make the workload's primary subnet one with an {family} CIDR and gateway, "
+               "or use an ExternalIP of the target's family")
 
 
-def _rejected_ipv4(ctx: Context, tenant: str | None, subnet_name: str | None) -> bool:
-    """Whether a check rejected the subnet's IPv4 CIDR or gateway (so it has no space)."""
+def _vip_family(workload: Manifest, endpoint: str | None) -> int | None:
+    """The family of a Cluster's VIP for `endpoint`: a fixed one's; allocated ones are
+    IPv4. None for other workloads."""
+    if workload.kind != "Cluster" or endpoint is None:
+        return None
+    fixed = workload.obj.spec.api_vip if endpoint == "api" else workload.obj.spec.ingress_vip
+    return family_of(fixed) if fixed is not None else 4
+
+
+def _rejected_family(ctx: Context, tenant: str | None, subnet_name: str | None,
+                     version: int) -> bool:
+    """Whether a check rejected the subnet's CIDR or gateway of `version` (so it has no
+    space of that family)."""
     subnet = ctx.get("Subnet", tenant, subnet_name)
-    return subnet is not None and ctx.rejected(subnet, ("spec", "ipv4Cidr"), ("spec", "gateway"))
+    fields = (("spec", "ipv4Cidr"), ("spec", "gateway")) if version == 4 else \
+        (("spec", "ipv6Cidr"), ("spec", "ipv6Gateway"))
+    return subnet is not None and ctx.rejected(subnet, *fields)
 
 
 def _pending(attachment: Manifest) -> Diagnostic:

@@ -249,8 +249,8 @@ def _segment_spaces(ctx: Context, segment: Manifest, what: str,
         if space is None:
             continue
         space.owner = segment.ref
-        if no_gateway and version == 4 and spec.dhcp and net.size > 2:
-            space.reserved.add(int(first_host(net)))  # the DHCP server's own address
+        if no_gateway and version == 4 and net.size > 2 and segment.kind == "Subnet":
+            _reserve_dhcp_server(space, spec.dhcp)  # a ProviderNetwork's: the provider's
         if version == 4 and vip_prefix is not None:
             _apply_vip_block(space, vip_prefix)
         if space.ranges_known and _available(space) <= 0:
@@ -266,6 +266,17 @@ def _segment_spaces(ctx: Context, segment: Manifest, what: str,
             ctx.report("RANGE_INVALID", segment, ("spec", "allocationRanges", index),
                        f"{item.start}-{item.end} is of a family this subnet does not have")
     return spaces
+
+
+def _reserve_dhcp_server(space: AddressSpace, dhcp: bool) -> None:
+    """Without an IPv4 gateway, DHCPv4 answers from the first host: reserved with DHCP on
+    or off, since `dhcp` is mutable and turning it on must never find a workload there
+    (docs/decisions.md). A port that got it while DHCP was off, before it was reserved,
+    keeps it (an allocation in use never moves) until DHCP is turned on."""
+    first = int(first_host(space.net))
+    space.reserved.add(first)
+    if not dhcp:
+        space.kept_if_held.add(first)
 
 
 def _check_segment_options(ctx: Context, segment: Manifest,

@@ -152,14 +152,15 @@ def _check_provider_attachment(ctx: Context, workload: Manifest, index: int,
         ctx.report("PROVIDER_NETWORK_ATTACHMENT_INVALID", workload,
                    (*path, "providerNetwork"), why[0], why[1])
     elif vn is not None and _provider_fixed_values_allowed(ctx, workload, path, attachment,
-                                                           network):
+                                                           network, vn):
         _check_port(ctx, workload, path, attachment, network, vn.name, claims)
 
 
 def _provider_fixed_values_allowed(ctx: Context, workload: Manifest, path: Path_,
-                                   attachment: Any, network: Manifest) -> bool:
+                                   attachment: Any, network: Manifest, vn: Manifest) -> bool:
     """The provider's hosts on its VLAN are unknown to unet: a tenant may fix an address
-    only inside what the provider hands out, and never a MAC (it could be a host's)."""
+    only inside what the provider hands out, and never a MAC (it could be a host's); and
+    only of a family of its own network (the port has no other, model.port_spaces)."""
     ok = True
     if attachment.mac_address is not None:
         ctx.report("ADDRESS_INVALID", workload, (*path, "macAddress"),
@@ -167,9 +168,18 @@ def _provider_fixed_values_allowed(ctx: Context, workload: Manifest, path: Path_
                    "provider's hosts'", "leave macAddress out: unet derives one")
         ok = False
     spaces = ctx.subnets.get((None, network.name), {})
+    own = ctx.networks.get((vn.tenant, vn.name), {})
     for version, field in ((4, "ipAddress"), (6, "ipv6Address")):
         text = attachment.ip_address if version == 4 else attachment.ipv6_address
         space = spaces.get(version)
+        if text is not None and space is not None and version not in own:
+            family = family_name(version)
+            ctx.report("ADDRESS_INVALID", workload, (*path, field),
+                       f"VirtualNetwork '{vn.name}' has no {family} CIDR: the workload gets no "
+                       f"{family} address on ProviderNetwork '{network.name}'",
+                       f"leave {field} out, or give the VirtualNetwork an {family} CIDR")
+            ok = False
+            continue
         valid = text is not None and is_address(text)
         if text is None or space is None or not valid:
             continue  # a malformed one is reported with the other fixed values
@@ -212,12 +222,20 @@ def _provider_attachment_problem(ctx: Context, workload: Manifest, index: int,
                 f"'{theirs.obj.spec.fabric_manager}', VirtualNetwork '{vn.name}' by "
                 f"'{mine.obj.spec.fabric_manager}'", "a port and its security groups live in "
                 "one Northbound: attach a provider network of the same fabric")
-    for version, own in ctx.networks.get((vn.tenant, vn.name), {}).items():
-        space = ctx.subnets.get((None, network.name), {}).get(version)
+    own_nets = ctx.networks.get((vn.tenant, vn.name), {})
+    spaces = ctx.subnets.get((None, network.name), {})
+    for version, own in own_nets.items():
+        space = spaces.get(version)
         if space is not None and (space.net in own or own in space.net):
             return (f"ProviderNetwork '{network.name}' ({space.net}) overlaps the workload's "
                     f"VirtualNetwork '{vn.name}' ({own})",
                     "a workload cannot route to two networks with the same addresses")
+    if spaces and own_nets and not spaces.keys() & own_nets.keys():
+        families = " and ".join(family_name(v) for v in sorted(own_nets))
+        return (f"ProviderNetwork '{network.name}' has no address family of VirtualNetwork "
+                f"'{vn.name}' ({families})", "a port on it has only the families of the "
+                "workload's own network, whose groups filter it: attach a provider network "
+                "of one of them")
     return None
 
 
