@@ -140,7 +140,8 @@ def _check_nat_family(ctx: Context, gateway: Manifest, eip: Manifest | None,
     an IPv6 one): the network must have one."""
     version = _family(ctx, eip)
     if eip is None or version is None or \
-            getattr(vn.obj.spec, f"ipv{version}_cidr") is not None:
+            getattr(vn.obj.spec, f"ipv{version}_cidr") is not None or \
+            ctx.rejected(vn, ("spec", f"ipv{version}Cidr")):  # reported at the network
         return
     family = family_name(version)
     ctx.report("NAT_GATEWAY_FAMILY_MISSING", gateway, ("spec", "externalIP"),
