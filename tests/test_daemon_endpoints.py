@@ -193,3 +193,10 @@ def test_an_ipv6_address_serves_both_families(tmp_path: Path) -> None:
     with served(tmp_path, "::1") as endpoints:
         assert healthz_seconds(endpoints.port, "[::1]") < 1.0
 
+
+
+def test_answers_name_no_versions(tmp_path: Path) -> None:
+    """Whoever reaches the port learns nothing of the Python or library versions behind it."""
+    with served(tmp_path, "127.0.0.1") as endpoints, urllib.request.urlopen(
+            f"http://127.0.0.1:{endpoints.port}/healthz", timeout=1) as response:
+        assert response.headers["Server"] == "unet"

@@ -49,6 +49,7 @@ from .support.ovnrun import (
     wait_for_text,
 )
 from .support.pki import Authority
+from .test_plan_golden import edit_text
 
 # --- 1. the example repo, applied -----------------------------------------------------------
 
@@ -551,6 +552,10 @@ def _set_ssl_config(repo: Path, key: Path, cert: Path, ca: Path) -> None:
                                      f"    sslCert: {cert}\n    sslCaCert: {ca}\n", 1))
 
 
+def use_northbound_again(repo: Path, old: str, new: str) -> None:
+    edit_text(repo, "provider/managers.yaml", f"northbound: {old}", f"northbound: {new}")
+
+
 def test_connection_strings(example_copy: Path, tmp_path: Path) -> None:
     # tcp: a port the server chose itself (a fixed port could be someone else's).
     tcp_repo = tmp_path / "tcp-repo"
@@ -562,6 +567,9 @@ def test_connection_strings(example_copy: Path, tmp_path: Path) -> None:
         result = apply(tmp_path, tcp_repo)
         assert result.returncode == 0, result.stdout + result.stderr
         assert len(ours(remote, "Logical_Switch_Port")) > 10
+        assert_noop(tmp_path, tcp_repo)
+        # A host name, resolved by the system (localhost may name ::1 first: each is tried).
+        use_northbound_again(tcp_repo, remote, remote.replace("127.0.0.1", "localhost"))
         assert_noop(tmp_path, tcp_repo)
 
     # ssl: certificates of a CA made here, on both sides (the server's names 127.0.0.1).

@@ -375,6 +375,10 @@ def open_stream(remote: str, timeout: float, tls: TlsClient | None = None) -> An
         if tls is None:
             raise TlsFailed(f"{remote} needs a TLS client key, certificate and CA certificate")
         return _open_tls(remote, timeout, tls)
+    if remote.startswith("tcp:"):
+        sock = _connect_tcp(remote, timeout)
+        sock.setblocking(False)
+        return ovs_stream.TCPStream(sock, remote, 0)
     error, stream = ovs_stream.Stream.open_block(ovs_stream.Stream.open(remote),
                                                  int(timeout * 1000))
     if error:
@@ -382,13 +386,21 @@ def open_stream(remote: str, timeout: float, tls: TlsClient | None = None) -> An
     return stream
 
 
-def _open_tls(remote: str, timeout: float, tls: TlsClient) -> Any:
-    host, port = host_and_port(remote)  # a name is resolved by the system, as for ovn-nbctl
+def _connect_tcp(remote: str, timeout: float) -> socket.socket:
+    """A TCP connection to a `tcp:` or `ssl:` remote. A host name is resolved by the system,
+    as for ovn-nbctl, and each of its addresses tried in turn (the OVS library resolves
+    names only with the Python `unbound` module, and said 'Connection refused' without)."""
+    host, port = host_and_port(remote)
     try:
-        raw = socket.create_connection((host, port), timeout=timeout)
+        return socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
         why = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
         raise ConnectionLost(f"cannot reach {remote}: {why}") from exc
+
+
+def _open_tls(remote: str, timeout: float, tls: TlsClient) -> Any:
+    host, _port = host_and_port(remote)
+    raw = _connect_tcp(remote, timeout)
     address = raw.getpeername()[:2]
     sock = tls.context.wrap_socket(raw, server_hostname=tls.expected_name(host),
                                    do_handshake_on_connect=False)

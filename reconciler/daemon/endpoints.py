@@ -197,6 +197,9 @@ def _handler(served: _Served) -> type:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     class Handler(BaseHTTPRequestHandler):
+        def version_string(self) -> str:
+            return "unet"  # not BaseHTTP's and Python's versions, to whoever asks
+
         def setup(self) -> None:
             self.connection = self.request
             self.reading = _Reading(self.connection, served.cut)
