@@ -7,8 +7,9 @@ sorted lists by the managers so ordering never shows as a change.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from deepdiff import DeepDiff
@@ -22,8 +23,45 @@ from .objects import (
     changed_immutable_fields,
 )
 
-CREATE, UPDATE, DELETE, NOOP = "create", "update", "delete", "no-op"
-REPLACE = (DELETE, CREATE)
+
+class Action(StrEnum):
+    """What a plan does to a backend object, or to a resource (Terraform's plans.Action).
+    A replace is carried out as two steps, a delete and a create."""
+
+    NOOP = "no-op"
+    CREATE = "create"
+    UPDATE = "update"
+    DELETE = "delete"
+    REPLACE = "replace"
+
+    @property
+    def is_replace(self) -> bool:
+        return self is Action.REPLACE
+
+    @property
+    def changes(self) -> bool:
+        return self is not Action.NOOP
+
+    @property
+    def deletes(self) -> bool:
+        """Whether the object is deleted (and, for a replace, made again)."""
+        return self in (Action.DELETE, Action.REPLACE)
+
+    @property
+    def steps(self) -> tuple[Action, ...]:
+        """The backend steps that carry it out, in order."""
+        if self is Action.REPLACE:
+            return Action.DELETE, Action.CREATE
+        return () if self is Action.NOOP else (self,)
+
+    def to_json(self) -> list[str]:
+        """As plans write it: its steps, `["no-op"]` for none."""
+        return [str(step) for step in self.steps] or [str(self)]
+
+    @classmethod
+    def from_json(cls, actions: Iterable[str]) -> Action:
+        listed = tuple(actions)
+        return cls.REPLACE if listed == ("delete", "create") else cls(listed[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +76,7 @@ class Change:
     uid: str
     before: BackendObject | None
     after: BackendObject | None
-    actions: tuple[str, ...]
+    action: Action
     reason: str
     fields: list[FieldChange] = field(default_factory=list)
     forces: tuple[str, ...] = ()  # of a replace: what forces it ("parent", field paths)
@@ -53,7 +91,7 @@ class Change:
 
     @property
     def is_replace(self) -> bool:
-        return self.actions == REPLACE
+        return self.action is Action.REPLACE
 
 
 def diff(desired: Mapping[str, BackendObject], observed: Mapping[str, BackendObject],
@@ -73,17 +111,17 @@ def diff(desired: Mapping[str, BackendObject], observed: Mapping[str, BackendObj
 def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool) -> Change:
     if have is None:
         assert want is not None
-        return Change(want.uid, None, want, (CREATE,), "not in the backend yet")
+        return Change(want.uid, None, want, Action.CREATE, "not in the backend yet")
     if want is None:
         if not prune:
-            return Change(have.uid, have, None, (NOOP,),
+            return Change(have.uid, have, None, Action.NOOP,
                           "no longer in the repo; kept: prune is off")
-        return Change(have.uid, have, None, (DELETE,), "no longer in the repo")
+        return Change(have.uid, have, None, Action.DELETE, "no longer in the repo")
     field_changes = _field_changes(have, want)
     owner_fields = changed_immutable_fields(have.meta, want.meta) \
         if have.owner == want.owner else ()
     if have.parent != want.parent:
-        return Change(want.uid, have, want, REPLACE,
+        return Change(want.uid, have, want, Action.REPLACE,
                       f"moves from {_parent_text(have)} to {_parent_text(want)}", field_changes,
                       ("parent",), owner_fields)
     immutable_before = have.meta.get(TAG_IMMUTABLE)
@@ -104,12 +142,12 @@ def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool
                 " cannot change in place"
         else:
             reason = f"an immutable field of {want.owner} changed"
-        return Change(want.uid, have, want, REPLACE, reason, field_changes, forced,
+        return Change(want.uid, have, want, Action.REPLACE, reason, field_changes, forced,
                       owner_fields)
     if not field_changes:
-        return Change(want.uid, have, want, (NOOP,), "up to date")
+        return Change(want.uid, have, want, Action.NOOP, "up to date")
     changed = ", ".join(sorted({c.path.split(".")[0] for c in field_changes}))
-    return Change(want.uid, have, want, (UPDATE,), f"{changed} changed", field_changes)
+    return Change(want.uid, have, want, Action.UPDATE, f"{changed} changed", field_changes)
 
 
 def _field_changes(have: BackendObject, want: BackendObject) -> list[FieldChange]:
@@ -173,13 +211,13 @@ def _cascade_replacements(changes: dict[str, Change]) -> None:
         uid = pending.pop()
         for child in children.get(uid, ()):
             change = changes[child]
-            if change.is_replace or change.before is None or DELETE in change.actions:
+            if change.before is None or change.action.deletes:
                 continue
             # A row kept because prune is off (no `after`) would vanish too: recreate it as is.
             parent = changes[uid].obj
-            changes[child] = Change(child, change.before, change.after or change.before, REPLACE,
-                                    f"{parent.owner} is replaced, and with it its "
-                                    f"{parent.key}", change.fields)
+            changes[child] = Change(child, change.before, change.after or change.before,
+                                    Action.REPLACE, f"{parent.owner} is replaced, and with it "
+                                    f"its {parent.key}", change.fields)
             pending.append(child)
     _refresh_references(changes)
 
@@ -190,11 +228,11 @@ def _refresh_references(changes: dict[str, Change]) -> None:
     if not replaced:
         return
     for uid, change in changes.items():
-        if change.actions != (NOOP,) or change.after is None or change.before is None:
+        if change.action.changes or change.after is None or change.before is None:
             continue
         manager = change.obj.manager
         hit = sorted(k for keys in change.after.refs.values() for k in keys
                      if f"{manager}:{k}" in replaced)
         if hit:
-            changes[uid] = Change(uid, change.before, change.after, (UPDATE,),
+            changes[uid] = Change(uid, change.before, change.after, Action.UPDATE,
                                   f"references {hit[0]}, which is replaced")

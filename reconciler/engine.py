@@ -27,7 +27,7 @@ from typing import Any
 
 from managers.base import ApplyOutcome, Manager, Observation, ProgressFactory, Session, Watch
 
-from .diff import NOOP, Change, diff
+from .diff import Change, diff
 from .errors import UnetError
 from .model import Model
 from .objects import BackendObject, Held, index_objects, observed_allocations
@@ -219,7 +219,7 @@ def confirm(changes: Sequence[Change], observed: Sequence[BackendObject]) -> dic
     out: dict[str, str] = {}
     wanted: dict[str, BackendObject] = {}
     for change in changes:
-        if change.actions == (NOOP,):
+        if not change.action.changes:
             continue
         want, have = change.after, now.get(change.uid)
         if want is None and have is not None:
@@ -229,7 +229,7 @@ def confirm(changes: Sequence[Change], observed: Sequence[BackendObject]) -> dic
         elif want is not None:
             wanted[change.uid] = want
     for delta in diff(wanted, {uid: now[uid] for uid in wanted}):
-        if delta.actions != (NOOP,):
+        if delta.action.changes:
             out[delta.uid] = delta.reason
     return out
 
@@ -248,8 +248,8 @@ def _record(sessions: Mapping[str, Session], full: Plan, todo: Plan,
             outcome: Outcome) -> None:
     """The desired state as applied, by each manager that carried out every change of the
     repo (drift may be left: it stays drift) and whose objects are all as planned."""
-    applied = {c.uid for c in todo.changes if c.actions != (NOOP,)}
-    left = {c.uid for c in full.changes if c.actions != (NOOP,) and c.uid not in applied
+    applied = {c.uid for c in todo.changes if c.action.changes}
+    left = {c.uid for c in full.changes if c.action.changes and c.uid not in applied
             and c.uid not in full.drift_ids}
     unfinished = {uid.split(":", 1)[0] for uid in (*left, *outcome.failures,
                                                    *outcome.mismatches)}

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .diff import CREATE, DELETE, NOOP, UPDATE, Change
+from .diff import Action, Change
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    action: str  # create, update or delete
+    action: Action  # create, update or delete
     uid: str
 
     @property
@@ -34,12 +34,7 @@ class CycleError(Exception):
 
 
 def steps_of(changes: list[Change]) -> list[Step]:
-    steps = []
-    for change in changes:
-        for action in change.actions:
-            if action != NOOP:
-                steps.append(Step(action, change.uid))
-    return steps
+    return [Step(action, change.uid) for change in changes for action in change.action.steps]
 
 
 def order(changes: list[Change]) -> list[list[Step]]:
@@ -51,17 +46,16 @@ def order(changes: list[Change]) -> list[list[Step]]:
     for step in steps:
         change = by_uid[step.uid]
         manager = change.obj.manager
-        if step.action in (CREATE, UPDATE):
+        if step.action in (Action.CREATE, Action.UPDATE):
             for dep in change.after.depends if change.after else ():
-                dep_uid = f"{manager}:{dep}"
-                for before in (f"{CREATE} {dep_uid}",):
-                    if before in ids:
-                        after[step.id].add(before)
-            if step.action == CREATE and f"{DELETE} {step.uid}" in ids:
-                after[step.id].add(f"{DELETE} {step.uid}")
+                before = f"{Action.CREATE} {manager}:{dep}"
+                if before in ids:
+                    after[step.id].add(before)
+            if step.action is Action.CREATE and f"{Action.DELETE} {step.uid}" in ids:
+                after[step.id].add(f"{Action.DELETE} {step.uid}")
         else:  # delete: after its children's deletes and after referrers stop pointing at it
             for dep in change.before.depends if change.before else ():
-                dep_delete = f"{DELETE} {manager}:{dep}"
+                dep_delete = f"{Action.DELETE} {manager}:{dep}"
                 if dep_delete in ids:
                     after[dep_delete].add(step.id)
     return _waves(ids, after)

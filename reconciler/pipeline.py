@@ -27,7 +27,7 @@ from .allocate import (
     segment_key,
 )
 from .diagnostics import Diagnostic, json_pointer
-from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change, diff
+from .diff import Action, Change, diff
 from .errors import UnetError
 from .model import Model
 from .models import WORKLOAD_KINDS, immutable_values
@@ -46,7 +46,6 @@ from .plan import (
     DIGEST_FORMAT,
     Plan,
     ResourcePlan,
-    action_name,
     build_plan,
     desired_digest,
     group_by_owner,
@@ -54,7 +53,7 @@ from .plan import (
     protected_destroys,
     replaced_fields,
     replaced_rows_reason,
-    resource_actions,
+    resource_action,
 )
 from .plugins import installed_plugins
 from .schema import Manifest
@@ -418,14 +417,14 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest],
     for address in sorted(rows.keys() | head.keys()):
         owned = rows.get(address, [])
         if not owned:
-            out.append(ResourcePlan(address, (NOOP,), "no backend objects"))
+            out.append(ResourcePlan(address, Action.NOOP, "no backend objects"))
             continue
-        actions, reason = resource_actions(owned, describe)
+        action, reason = resource_action(owned, describe)
         if all(c.after is None or c.after is c.before for c in owned) \
-                and not any(DELETE in c.actions for c in owned):  # prune is off: kept
+                and not any(c.action.deletes for c in owned):  # prune is off: kept
             kept = "kept: removed from the repo, but prune is off"
-            reason = kept if actions == (NOOP,) else f"{kept}; {reason}"
-        out.append(ResourcePlan(address, actions, reason, owned, replaced_fields(owned)))
+            reason = kept if not action.changes else f"{kept}; {reason}"
+        out.append(ResourcePlan(address, action, reason, owned, replaced_fields(owned)))
     return out
 
 
@@ -466,7 +465,8 @@ def _unobserved(observations: Mapping[str, Observation], model: Model) -> list[D
 
 def _conflicts(observations: Mapping[str, Observation],
                changes: list[Change]) -> list[Diagnostic]:
-    creates = [c.after for c in changes if c.after is not None and CREATE in c.actions]
+    creates = [c.after for c in changes if c.after is not None
+               and Action.CREATE in c.action.steps]
     out = []
     for name in sorted(observations):
         for message in observations[name].conflicts(creates):
@@ -495,34 +495,36 @@ def _resources(changes: list[Change], base: dict[str, Manifest], head: dict[str,
 def _resource(address: str, rows: list[Change], before: Manifest | None,
               after: Manifest | None, prune: bool, describe: Describer) -> ResourcePlan:
     if before is None and after is not None:
-        return ResourcePlan(address, (CREATE,), _new_reason(after, rows), rows)
+        return ResourcePlan(address, Action.CREATE, _new_reason(after, rows), rows)
     if after is None:
         if not prune:  # its rows stay; a replaced parent makes them be recreated
             kept = "kept: removed from the repo, but prune is off"
             if any(c.is_replace for c in rows):
-                return ResourcePlan(address, REPLACE,
+                return ResourcePlan(address, Action.REPLACE,
                                     f"{kept}; {replaced_rows_reason(rows, describe)}", rows)
-            return ResourcePlan(address, (NOOP,), kept, rows)
-        return ResourcePlan(address, (DELETE,), "removed from the repo", rows)
-    unchanged_rows = all(c.actions == (NOOP,) for c in rows)
+            return ResourcePlan(address, Action.NOOP, kept, rows)
+        return ResourcePlan(address, Action.DELETE, "removed from the repo", rows)
+    unchanged_rows = not any(c.action.changes for c in rows)
     if before is None or (before is after and unchanged_rows):
-        return ResourcePlan(address, (NOOP,), "up to date", rows)
+        return ResourcePlan(address, Action.NOOP, "up to date", rows)
     changed = _changed_immutable(before, after)
     if changed:
-        return ResourcePlan(address, REPLACE, "immutable fields changed: " + ", ".join(changed),
+        return ResourcePlan(address, Action.REPLACE,
+                            "immutable fields changed: " + ", ".join(changed),
                             rows, changed)
     if any(c.is_replace for c in rows):
-        return ResourcePlan(address, REPLACE, replaced_rows_reason(rows, describe), rows)
+        return ResourcePlan(address, Action.REPLACE, replaced_rows_reason(rows, describe), rows)
     if not unchanged_rows:
-        row_changes = [c for c in rows if c.actions != (NOOP,)]
+        row_changes = [c for c in rows if c.action.changes]
         tables = sorted({c.obj.table for c in row_changes})
         why = f"changed in the repo ({_changed_fields(before, after)})" \
             if before.obj != after.obj else "depends on a change"
-        return ResourcePlan(address, (UPDATE,), f"{why}: {', '.join(tables)} rows change", rows)
+        return ResourcePlan(address, Action.UPDATE, f"{why}: {', '.join(tables)} rows change",
+                            rows)
     if before.obj != after.obj:
-        return ResourcePlan(address, (UPDATE,), f"changed in the repo "
+        return ResourcePlan(address, Action.UPDATE, f"changed in the repo "
                             f"({_changed_fields(before, after)}); no backend change", rows)
-    return ResourcePlan(address, (NOOP,), "up to date", rows)
+    return ResourcePlan(address, Action.NOOP, "up to date", rows)
 
 
 _SHOWN_FIELDS = 5
@@ -602,14 +604,14 @@ def _destroys_foreign(changes: list[Change], base: dict[str, Manifest],
     out = []
     for change in changes:
         before = change.before
-        if before is None or not before.holds or DELETE not in change.actions:
+        if before is None or not before.holds or not change.action.deletes:
             continue
         manifest = head.get(before.owner) or base.get(before.owner)
         shown = ", ".join(before.holds[:10]) + (f" and {len(before.holds) - 10} more"
                                                 if len(before.holds) > 10 else "")
         out.append(Diagnostic(
             "HOLDS_FOREIGN_OBJECTS",
-            f"the plan would {action_name(change.actions)} {describe.label(before)} "
+            f"the plan would {change.action} {describe.label(before)} "
             f"({before.owner}), which holds what unet does not own: {shown}; they would be "
             "destroyed with it",
             file=manifest.doc.file if manifest else None,

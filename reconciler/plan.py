@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .diagnostics import Diagnostic
-from .diff import CREATE, DELETE, NOOP, REPLACE, UPDATE, Change
+from .diff import Action, Change
 from .objects import TAG_HASH, TAG_PROTECTED, BackendObject, content_hash
 from .order import Step, order
 
@@ -25,12 +25,8 @@ if TYPE_CHECKING:
 
 FORMAT_VERSION = "1.2"
 SUPPORTED_MAJOR = 1
-ACTION_ORDER = ("delete", "replace", "create", "update", "no-op")
-
-
-def action_name(actions: Iterable[str]) -> str:
-    actions = tuple(actions)
-    return "replace" if actions == REPLACE else actions[0]
+#: The order in which plans count and list actions: what destroys first.
+ACTION_ORDER = (Action.DELETE, Action.REPLACE, Action.CREATE, Action.UPDATE, Action.NOOP)
 
 
 class Describe(Protocol):
@@ -57,14 +53,10 @@ PLAINLY: Describe = _Plainly()
 @dataclass
 class ResourcePlan:
     address: str  # Kind/tenant/name
-    actions: tuple[str, ...]
+    action: Action
     reason: str
     changes: list[Change] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)  # immutable fields that forced a replace
-
-    @property
-    def action(self) -> str:
-        return action_name(self.actions)
 
 
 @dataclass
@@ -90,16 +82,16 @@ class Plan:
 
     @property
     def counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(ACTION_ORDER, 0)
+        counts = dict.fromkeys(map(str, ACTION_ORDER), 0)
         for resource in self.resources:
             counts[resource.action] += 1
         return counts
 
     @property
     def row_counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(ACTION_ORDER, 0)
+        counts = dict.fromkeys(map(str, ACTION_ORDER), 0)
         for change in self.changes:
-            counts[action_name(change.actions)] += 1
+            counts[change.action] += 1
         return counts
 
     @property
@@ -108,7 +100,7 @@ class Plan:
 
     @property
     def has_changes(self) -> bool:
-        return any(c.actions != (NOOP,) for c in self.changes)
+        return any(c.action.changes for c in self.changes)
 
     @property
     def ok(self) -> bool:
@@ -153,14 +145,14 @@ def drift_of(changes: list[Change], repo_unchanged: bool) -> set[str]:
     or added by hand included.
     """
     if repo_unchanged:
-        return {c.uid for c in changes if c.actions != (NOOP,)}
+        return {c.uid for c in changes if c.action.changes}
     return {c.uid for c in changes if _edited(c)}
 
 
 def _edited(change: Change) -> bool:
     """Still tagged with the hash of the desired content, yet not that content."""
     before, after = change.before, change.after
-    return (before is not None and after is not None and change.actions != (NOOP,)
+    return (before is not None and after is not None and change.action.changes
             and before.meta.get(TAG_HASH) == after.content_hash
             and before.content_hash != after.content_hash)
 
@@ -190,13 +182,13 @@ def restrict_to(plan: Plan, keep: set[str]) -> Plan:
     """The plan with only the changes in `keep` (e.g. drift); the rest left as they are."""
     changes = []
     for change in plan.changes:
-        if change.uid in keep or change.actions == (NOOP,):
+        if change.uid in keep or not change.action.changes:
             changes.append(change)
         elif change.before is not None:
-            changes.append(Change(change.uid, change.before, change.before, (NOOP,),
+            changes.append(Change(change.uid, change.before, change.before, Action.NOOP,
                                   "not drift: left for a normal apply"))
     owners = group_by_owner(changes)
-    resources = [ResourcePlan(address, *resource_actions(rows, plan.describe), rows,
+    resources = [ResourcePlan(address, *resource_action(rows, plan.describe), rows,
                               replaced_fields(rows))
                  for address, rows in sorted(owners.items())]
     waves = order(changes)
@@ -214,22 +206,22 @@ def group_by_owner(changes: list[Change]) -> dict[str, list[Change]]:
     return out
 
 
-def resource_actions(rows: list[Change], describe: Describe) -> tuple[tuple[str, ...], str]:
+def resource_action(rows: list[Change], describe: Describe) -> tuple[Action, str]:
     """A resource's action from its rows (live mode, or when the manifest is unchanged)."""
-    kinds = {c.actions for c in rows}
-    if not rows or kinds == {(NOOP,)}:
-        return (NOOP,), "up to date"
-    if kinds <= {(CREATE,)}:
-        return (CREATE,), "not in the backend yet"
-    if kinds <= {(DELETE,), (NOOP,)} and all(c.after is None for c in rows):
-        return (DELETE,), "no longer in the repo"
+    kinds = {c.action for c in rows}
+    if not rows or kinds == {Action.NOOP}:
+        return Action.NOOP, "up to date"
+    if kinds <= {Action.CREATE}:
+        return Action.CREATE, "not in the backend yet"
+    if kinds <= {Action.DELETE, Action.NOOP} and all(c.after is None for c in rows):
+        return Action.DELETE, "no longer in the repo"
     if any(c.is_replace for c in rows):
         fields = replaced_fields(rows)
         if fields:
-            return REPLACE, "immutable fields changed: " + ", ".join(fields)
-        return REPLACE, replaced_rows_reason(rows, describe)
-    changed = sorted({c.obj.table for c in rows if c.actions != (NOOP,)})
-    return (UPDATE,), "backend rows change: " + ", ".join(changed)
+            return Action.REPLACE, "immutable fields changed: " + ", ".join(fields)
+        return Action.REPLACE, replaced_rows_reason(rows, describe)
+    changed = sorted({c.obj.table for c in rows if c.action.changes})
+    return Action.UPDATE, "backend rows change: " + ", ".join(changed)
 
 
 def replaced_fields(rows: list[Change]) -> list[str]:
@@ -246,20 +238,20 @@ def replaced_rows_reason(rows: list[Change], describe: Describe) -> str:
     return f"{describe.label(first.obj)} must be recreated: {first.reason}{more}"
 
 
-def protected_destroys(changes: list[Change]) -> dict[str, str]:
+def protected_destroys(changes: list[Change]) -> dict[str, Action]:
     """Owner → action, for protected resources the plan would delete or replace. A row
     deleted while its owner gets a new row of the same table (an ACL of a rule that
     changed: rows are keyed by content) is an update of the owner, which protection
     allows, as Terraform's prevent_destroy does; any other deleted row is not."""
-    renewed = {(c.obj.owner, c.obj.table) for c in changes if c.actions == (CREATE,)}
-    out: dict[str, str] = {}
+    renewed = {(c.obj.owner, c.obj.table) for c in changes if c.action is Action.CREATE}
+    out: dict[str, Action] = {}
     for change in changes:  # protected in the backend, or by the repo as it is now
         protected = any(obj is not None and obj.meta.get(TAG_PROTECTED) == "true"
                         for obj in (change.before, change.after))
-        destroyed = change.actions == REPLACE or (
-            change.actions == (DELETE,) and (change.obj.owner, change.obj.table) not in renewed)
+        destroyed = change.is_replace or (
+            change.action is Action.DELETE and (change.obj.owner, change.obj.table) not in renewed)
         if protected and destroyed:
-            out.setdefault(change.obj.owner, action_name(change.actions))
+            out.setdefault(change.obj.owner, change.action)
     return out
 
 
@@ -277,7 +269,7 @@ def exposure_of(changes: list[Change], describe: Describe,
         "nat_added": [], "nat_removed": [], "drift_opened": [],
     }
     for change in changes:
-        if change.actions == (NOOP,):
+        if not change.action.changes:
             continue
         before = describe_before.exposure(change.before) if change.before else None
         after = describe.exposure(change.after) if change.after else None

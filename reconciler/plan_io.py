@@ -21,7 +21,7 @@ import fastjsonschema
 
 from . import __version__
 from .diagnostics import Diagnostic
-from .diff import NOOP, Change, FieldChange
+from .diff import Action, Change, FieldChange
 from .errors import UnetError
 from .objects import BackendObject
 from .plan import FORMAT_VERSION, SUPPORTED_MAJOR, Describe, Plan, ResourcePlan
@@ -65,7 +65,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
 def _resource_json(resource: ResourcePlan) -> dict[str, Any]:
     return {
         "address": resource.address,
-        "actions": list(resource.actions),
+        "actions": resource.action.to_json(),
         "reason": resource.reason,
         "replaced_by_fields": resource.fields,
         "backend_changes": [c.uid for c in resource.changes],
@@ -75,12 +75,12 @@ def _resource_json(resource: ResourcePlan) -> dict[str, Any]:
 def _change_json(change: Change, wave_of: dict[str, int], drift: bool,
                  describe: Describe) -> dict[str, Any]:
     obj = change.obj
-    if change.actions == (NOOP,):  # most rows of a large plan: listed, not repeated
+    if not change.action.changes:  # most rows of a large plan: listed, not repeated
         return {"id": change.uid, "manager": obj.manager, "table": obj.table, "key": obj.key,
-                "owner": obj.owner, "actions": [NOOP], "reason": change.reason,
+                "owner": obj.owner, "actions": Action.NOOP.to_json(), "reason": change.reason,
                 "before": None, "after": None, "changes": [], "forces_replacement": [],
                 "unknown": [], "drift": drift, "waves": []}
-    waves = sorted({wave_of[f"{a} {change.uid}"] for a in change.actions
+    waves = sorted({wave_of[f"{a} {change.uid}"] for a in change.action.steps
                     if f"{a} {change.uid}" in wave_of})
     return {
         "id": change.uid,
@@ -89,7 +89,7 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool,
         "key": obj.key,
         "owner": obj.owner,
         "label": describe.label(obj),
-        "actions": list(change.actions),
+        "actions": change.action.to_json(),
         "reason": change.reason,
         "before": _object_json(change.before),
         "after": _object_json(change.after),
@@ -269,7 +269,7 @@ def changes_from_json(document: dict[str, Any]) -> list[Change]:
     out = []
     for item in document["backend_changes"]:
         out.append(Change(item["id"], _object(item, "before"), _object(item, "after"),
-                          tuple(item["actions"]), item["reason"],
+                          Action.from_json(item["actions"]), item["reason"],
                           [FieldChange(f["path"], f["before"], f["after"])
                            for f in item["changes"]]))
     return out

@@ -11,16 +11,17 @@ from collections.abc import Callable
 from typing import Any
 
 from .console import painter
+from .diff import Action
+from .plan import ACTION_ORDER
 
 PR_COMMENT_LIMIT = 65_535  # GitHub's limit for one comment body
-SYMBOL = {"create": "+", "update": "~", "delete": "-", "replace": "-/+", "no-op": " "}
-VERB = {"create": "will be created", "update": "will be updated in place",
-        "delete": "will be deleted", "replace": "must be replaced", "no-op": "unchanged"}
-ORDER = {"delete": 0, "replace": 1, "create": 2, "update": 3, "no-op": 4}
-
-
-def _action(actions: list[str]) -> str:
-    return "replace" if actions == ["delete", "create"] else actions[0]
+SYMBOL = {Action.CREATE: "+", Action.UPDATE: "~", Action.DELETE: "-", Action.REPLACE: "-/+",
+          Action.NOOP: " "}
+VERB = {Action.CREATE: "will be created", Action.UPDATE: "will be updated in place",
+        Action.DELETE: "will be deleted", Action.REPLACE: "must be replaced",
+        Action.NOOP: "unchanged"}
+ORDER = {action: index for index, action in enumerate(ACTION_ORDER)}
+_action = Action.from_json
 
 
 def summary_line(doc: dict[str, Any]) -> str:
@@ -64,9 +65,9 @@ def _change_lines(change: dict[str, Any]) -> list[str]:
     action = _action(change["actions"])
     lines = [f"{SYMBOL[action]} {row_label(change)}"]
     held = (change["before"] or {}).get("holds")
-    if held and action in ("delete", "replace"):
+    if held and action.deletes:
         lines.append("    ! holds what unet does not own: " + ", ".join(held))
-    if action in ("update", "replace"):
+    if action in (Action.UPDATE, Action.REPLACE):
         forces = set(change.get("forces_replacement") or ())
         if "parent" in forces:
             lines.append(f"    ~ parent: {change['before']['parent'][0]} → "
@@ -77,7 +78,7 @@ def _change_lines(change: dict[str, Any]) -> list[str]:
             marker = "  # forces replacement" if field["path"] in forces else ""
             lines.append("    " + _field_line(field) + marker)
         moved = "parent" in forces  # its line above says it all
-        if (action == "replace" and not moved) or change["drift"] or len(lines) == 1:
+        if (action.is_replace and not moved) or change["drift"] or len(lines) == 1:
             lines.append(f"    # {change['reason']}")
     elif change["unknown"]:
         lines.append(f"    # known after apply: {', '.join(change['unknown'])}")
@@ -97,7 +98,7 @@ def _field_line(field: dict[str, Any]) -> str:
 
 
 def _resources(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    changed = [r for r in doc["resources"] if r["actions"] != ["no-op"]]
+    changed = [r for r in doc["resources"] if _action(r["actions"]).changes]
     return sorted(changed, key=lambda r: (ORDER[_action(r["actions"])], r["address"]))
 
 
@@ -141,7 +142,7 @@ def render_text(doc: dict[str, Any], colour: bool = False) -> str:
                    + f"  ({resource['reason']})")
         for uid in resource["backend_changes"]:
             change = changes[uid]
-            if change["actions"] != ["no-op"]:
+            if _action(change["actions"]).changes:
                 out += ["      " + line for line in _change_lines(change)]
         out.append("")
     drift = [changes[uid] for uid in doc["drift"]]

@@ -361,7 +361,7 @@ def test_contract_prune_deletes_only_ours(applied: Env) -> None:
 
 def test_contract_delete_names_the_observed_uid(applied: Env) -> None:
     """An object deleted and recreated between observe and delete is not deleted."""
-    from reconciler.diff import Change
+    from reconciler.diff import Action, Change
     from reconciler.order import Step
 
     a1 = applied.clusters["hosting-a1"]
@@ -376,8 +376,8 @@ def test_contract_delete_names_the_observed_uid(applied: Env) -> None:
         for server_field in ("uid", "resourceVersion", "managedFields", "creationTimestamp"):
             served["metadata"].pop(server_field)
         a1.put(served)
-        change = Change(target.uid, target, None, ("delete",), "no longer in the repo")
-        outcome = session.apply(observation, [[Step("delete", target.uid)]],
+        change = Change(target.uid, target, None, Action.DELETE, "no longer in the repo")
+        outcome = session.apply(observation, [[Step(Action.DELETE, target.uid)]],
                                 {target.uid: change},
                                 lambda index, waves, steps: lambda done, total: None)
     assert outcome.counts["delete"] == 0

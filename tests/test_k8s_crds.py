@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from managers.kubernetes.live import LABEL_INSTALLATION, to_backend, to_body
-from reconciler.diff import diff
+from reconciler.diff import Action, diff
 from reconciler.objects import TAG_HASH, TAG_IMMUTABLE, observed_allocations
 from reconciler.pipeline import render_desired
 from reconciler.validate import validate_repo
@@ -272,10 +272,10 @@ def test_a_changed_localnet_replaces_the_cudn(tmp_path: Path) -> None:
     after = {o.uid: o for o in render_desired(validated(repo), allocated).objects}
     changes = {c.uid: c for c in diff(after, before)}
     cudn = changes[f"kubernetes:hosting-a1/{CUDN}/unet.acme.web"]
-    assert cudn.actions == ("delete", "create")
+    assert cudn.action is Action.REPLACE
     assert cudn.before.meta[TAG_IMMUTABLE] != cudn.after.meta[TAG_IMMUTABLE]
     pool = changes["kubernetes:hosting-a1/IPAddressPool/metallb-system/unet.acme.web"]
-    assert pool.actions == ("no-op",)
+    assert pool.action is Action.NOOP
 
 
 # --- the round trip ----------------------------------------------------------------------
@@ -290,7 +290,7 @@ def test_observe_reads_back_exactly_what_was_rendered(rendered: list[Any]) -> No
     assert back.key == web.key and back.owner == web.owner and back.table == CUDN
     assert back.fields == web.fields
     assert back.meta[TAG_HASH] == "0123456789abcdef"
-    assert [c.actions for c in diff({web.uid: web}, {back.uid: back})] == [("no-op",)]
+    assert [c.action for c in diff({web.uid: web}, {back.uid: back})] == [Action.NOOP]
     assert served["metadata"]["labels"][LABEL_INSTALLATION] == "example"
 
 

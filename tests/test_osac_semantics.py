@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from reconciler.diff import Action
 from reconciler.pipeline import plan_between, render_desired
 
 from .test_plan_props import EXAMPLE_FILES, Files, validate_memory
@@ -81,10 +82,10 @@ def test_attachments_are_immutable_and_security_groups_are_not() -> None:
     plan = _plan(files)
     resource = next(r for r in plan.resources if r.address == "ComputeInstance/acme/web-1")
     assert resource.action == "replace"
-    ports = {c.obj.key: c.actions for c in plan.changes
+    ports = {c.obj.key: c.action for c in plan.changes
              if c.obj.table == "Logical_Switch_Port" and "/web-1/" in c.obj.key}
-    assert ports == {"Logical_Switch_Port/acme/ComputeInstance/web-1/0": ("delete", "create"),
-                     "Logical_Switch_Port/acme/ComputeInstance/web-1/1": ("create",)}
+    assert ports == {"Logical_Switch_Port/acme/ComputeInstance/web-1/0": Action.REPLACE,
+                     "Logical_Switch_Port/acme/ComputeInstance/web-1/1": Action.CREATE}
     assert any(d.code == "IMMUTABLE_CHANGED" and "ComputeInstance/acme/web-1" in d.message
                for d in plan.diagnostics)
 
@@ -114,7 +115,7 @@ def test_a_protected_group_may_change_its_rules_and_its_members() -> None:
     assert plan.ok, [d.message for d in plan.diagnostics if d.is_error]
     group = next(r for r in plan.resources if r.address == "SecurityGroup/acme/web")
     assert group.action == "update"
-    assert any(c.actions == ("delete",) and c.obj.owner == group.address and
+    assert any(c.action is Action.DELETE and c.obj.owner == group.address and
                c.obj.table == "ACL" for c in plan.changes), "an ACL row did go"
 
 

@@ -22,7 +22,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from reconciler.diff import CREATE, DELETE, NOOP, UPDATE
+from reconciler.diff import Action
 from reconciler.load import SourceFile
 from reconciler.objects import (
     TAG_ALLOCATION,
@@ -33,7 +33,7 @@ from reconciler.objects import (
     observed_allocations,
 )
 from reconciler.pipeline import plan_between, render_desired
-from reconciler.plan import Plan, action_name
+from reconciler.plan import Plan
 from reconciler.plan_io import dumps
 from reconciler.validate import Validation, validate_files, validate_repo
 
@@ -331,18 +331,18 @@ def apply_plan(plan: Plan, observed: Iterable[BackendObject]) -> dict[str, Backe
     wave_of: dict[str, int] = {}
     for index, wave in enumerate(plan.waves):
         before = dict(state)
-        deleted = {step.uid for step in wave if step.action == DELETE}
+        deleted = {step.uid for step in wave if step.action is Action.DELETE}
         for step in (s.id for s in wave):
             action, uid = step.split(" ", 1)
             assert step not in wave_of, f"{step} appears twice"
             wave_of[step] = index
             change = changes[uid]
-            if action == DELETE:
+            if action == Action.DELETE:
                 assert uid in state, f"{step}: nothing to delete"
                 del state[uid]
                 continue
-            assert action in (CREATE, UPDATE) and change.after is not None
-            assert (uid in before) == (action == UPDATE), f"{step}: {uid in before=}"
+            assert action in (Action.CREATE, Action.UPDATE) and change.after is not None
+            assert (uid in before) == (action == Action.UPDATE), f"{step}: {uid in before=}"
             for dep in change.after.depends:  # must exist before the step, and stay
                 dep_uid = f"{change.after.manager}:{dep}"
                 assert dep_uid in before and dep_uid not in deleted, f"{step} needs {dep}"
@@ -350,7 +350,7 @@ def apply_plan(plan: Plan, observed: Iterable[BackendObject]) -> dict[str, Backe
         for obj in state.values():  # OVSDB drops rows whose parent is gone
             if obj.parent is not None:
                 assert f"{obj.manager}:{obj.parent[0]}" in state, f"{obj.uid} orphaned"
-    expected_steps = {f"{a} {c.uid}" for c in plan.changes for a in c.actions if a != NOOP}
+    expected_steps = {f"{a} {c.uid}" for c in plan.changes for a in c.action.steps}
     assert set(wave_of) == expected_steps
     check_wave_dependencies(plan, wave_of)
     return state
@@ -359,16 +359,16 @@ def apply_plan(plan: Plan, observed: Iterable[BackendObject]) -> dict[str, Backe
 def check_wave_dependencies(plan: Plan, wave_of: dict[str, int]) -> None:
     for change in plan.changes:
         manager = change.obj.manager
-        for action in change.actions:
+        for action in change.action.steps:
             step = f"{action} {change.uid}"
-            if action in (CREATE, UPDATE) and change.after is not None:
+            if action in (Action.CREATE, Action.UPDATE) and change.after is not None:
                 for dep in change.after.depends:
-                    dep_step = f"{CREATE} {manager}:{dep}"
+                    dep_step = f"{Action.CREATE} {manager}:{dep}"
                     if dep_step in wave_of:
                         assert wave_of[dep_step] < wave_of[step], (step, dep_step)
-            if action == DELETE and change.before is not None:
+            if action is Action.DELETE and change.before is not None:
                 for dep in change.before.depends:  # dep is a parent or referenced row
-                    dep_step = f"{DELETE} {manager}:{dep}"
+                    dep_step = f"{Action.DELETE} {manager}:{dep}"
                     if dep_step in wave_of:
                         assert wave_of[dep_step] > wave_of[step], (step, dep_step)
 
@@ -402,7 +402,7 @@ ROW_RANK = {"no-op": 0, "update": 1, "create": 1, "delete": 1, "replace": 2}
 def assert_actions_not_milder_than_rows(plan: Plan) -> None:
     for resource in plan.resources:
         for change in resource.changes:
-            row = action_name(change.actions)
+            row = change.action
             assert RESOURCE_RANK[resource.action] >= ROW_RANK[row], \
                 f"{resource.address} {resource.action} while {change.uid} {row}"
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import tenacity
 
 from managers.base import ApplyOutcome, ProgressFactory, each_step
-from reconciler.diff import CREATE, DELETE, NOOP, Change
+from reconciler.diff import Action, Change
 from reconciler.objects import BackendObject
 from reconciler.order import Step
 
@@ -69,7 +69,7 @@ def _blocked(session: KubernetesSession, outcome: ApplyOutcome, cluster: Cluster
         return lease.lost
     if step.uid in outcome.failures:
         return "not tried: deleting the old object first failed"
-    if step.action != DELETE:
+    if step.action != Action.DELETE:
         for key in obj.depends:
             if f"{session.manager}:{key}" in outcome.failures:
                 return f"not tried: it needs {key}, whose step failed"
@@ -82,24 +82,24 @@ def _run(session: KubernetesSession, observation: KubernetesObservation, cluster
     metadata = obj.fields["metadata"]
     name, namespace = metadata["name"], metadata.get("namespace")
     try:
-        if action == DELETE:
+        if action == Action.DELETE:
             cluster.delete(kind, name, namespace, observation.uids.get(obj.key))
             return None
-        if action == CREATE:
+        if action == Action.CREATE:
             _make_room(session, cluster, obj)
         cluster.apply(kind, to_body(obj, session.installation, session.manager))
         return None
     except KubernetesError as exc:
         return str(exc)
     except Exception as exc:
-        if is_api_error(exc, 409) and action == DELETE:
+        if is_api_error(exc, 409) and action == Action.DELETE:
             return (f"{kind.kind} {name} on {cluster.label} is no longer the object that "
                     "was observed (its UID changed); not deleted — plan again")
         if is_connection_error(exc):
             cluster.error = cluster.explain(exc, VERB[action], kind, name, namespace)
             return cluster.error
         if is_api_error(exc):
-            if is_api_error(exc, 404) and action != DELETE:
+            if is_api_error(exc, 404) and action != Action.DELETE:
                 cluster.missing[kind.kind] = cluster.explain(exc, "list", kind)
                 return cluster.missing[kind.kind]
             return cluster.explain(exc, VERB[action], kind, name, namespace)
@@ -169,7 +169,7 @@ def readiness_report(session: KubernetesSession, changes: Sequence[Change],
         cluster = session.clusters.get(cluster_name)
         ok = cluster is not None and cluster.error is None \
             and obj.table not in cluster.missing and (
-                change.actions == (NOOP,) or change.uid in done)
+                not change.action.changes or change.uid in done)
         ready[subnet][cluster_name] = ready[subnet].get(cluster_name, True) and ok
     names = sorted(session.clusters)
     lines = [f"Kubernetes manager {session.manager}: {len(names)} hosting clusters"]

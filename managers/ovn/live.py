@@ -179,7 +179,7 @@ class Northbound:
         Each delete also asserts it in its own transaction; this stops the apply before it
         begins rather than half-way."""
         doomed = sorted({c.before.key for c in changes.values()
-                         if c.before is not None and "delete" in c.actions
+                         if c.before is not None and c.action.deletes
                          and c.before.key in self.uuids
                          and self.uuids[c.before.key][0] in self.holding})
         if not doomed:

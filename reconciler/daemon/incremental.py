@@ -151,7 +151,6 @@ class Incremental:
                  ) -> None:
         """What the next run may build on: after a plan without errors whose apply (if any)
         completed, the owners it left drifted (`reconcile: report`) and the desired state."""
-        from ..diff import NOOP
         from ..pipeline import managers_of
 
         plan, desired = outcome.plan, outcome.desired
@@ -161,7 +160,7 @@ class Incremental:
         applied = outcome.applied
         done = {c.uid for c in applied.changes} if applied is not None else set()
         outstanding = frozenset(c.obj.owner for c in plan.changes
-                                if c.actions != (NOOP,) and c.uid not in done)
+                                if c.action.changes and c.uid not in done)
         if applied is not None and applied.has_changes:
             # The backends now record the values the desired state allocated (when nobody
             # changed one meanwhile): rendering with them gives it again, so it is cached

@@ -313,7 +313,6 @@ class Reconciler:
 
     def _gate(self, plan: Any, run: Run) -> Any:
         """The repo's changes always; drift only with `reconcile: repair`."""
-        from ..diff import NOOP
         from ..plan import restrict_to
 
         self._last_plan, self._last_plan_json = plan, None
@@ -322,7 +321,7 @@ class Reconciler:
         if not plan.ok:
             return None
         if run.mode != "repair":
-            repo_changes = {c.uid for c in plan.changes if c.actions != (NOOP,)}
+            repo_changes = {c.uid for c in plan.changes if c.action.changes}
             plan = restrict_to(plan, repo_changes - plan.drift_ids)
         return plan
 

@@ -38,7 +38,7 @@ from managers.base import (
     each_step,
 )
 from reconciler.allocate import Allocations
-from reconciler.diff import DELETE, Change
+from reconciler.diff import Action, Change
 from reconciler.model import Model
 from reconciler.models import Capability
 from reconciler.objects import BackendObject
@@ -147,7 +147,7 @@ class FolderSession(Session):
         outcome = ApplyOutcome()
         for step, obj in each_step(waves, changes, progress):
             path = self.folder / _file(obj.key)
-            if step.action == DELETE:
+            if step.action is Action.DELETE:
                 path.unlink(missing_ok=True)
             else:
                 path.write_text(json.dumps({
