@@ -13,10 +13,10 @@ from typing import Any
 from . import engine
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
 from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
-from .pipeline import plan_between
-from .plan import Plan, invalid_plan
+from .plan import Plan
 from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
 from .plan_render import render_markdown, render_text
+from .planner import invalid_plan, plan_between
 from .progress import Progress
 from .report import (
     display_prefix,
@@ -132,7 +132,6 @@ def _plan_between(args: argparse.Namespace) -> int:
     parsed.save()
     inputs["base"].update(valid=base.ok, errors=sum(d.is_error for d in base.diagnostics))
     result = plan_between(base, head, inputs)
-    result.diagnostics += [d for d in head.diagnostics if not d.is_error]
     return _finish_plan(result, args, None)
 
 
@@ -321,7 +320,7 @@ def show_bindings(args: argparse.Namespace) -> int:
     import json
 
     from .bindings import bindings, render_text
-    from .pipeline import render_desired
+    from .desired import render_desired
 
     head = _validated_head(args, args.path, args.rev)
     if head is None:
@@ -352,7 +351,7 @@ def nb(args: argparse.Namespace) -> int:
     from managers.ovn.embedded import EmbeddedNorthbound
 
     from .model import Model
-    from .pipeline import managers_of
+    from .plugins import managers_of
 
     head = _validated_head(args, args.path, None)
     if head is None:

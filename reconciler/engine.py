@@ -27,13 +27,15 @@ from typing import Any
 
 from managers.base import ApplyOutcome, Manager, Observation, ProgressFactory, Session, Watch
 
+from .desired import Desired, allocation_readers, render_desired
 from .diff import Change, diff
 from .errors import UnetError
 from .model import Model
 from .objects import BackendObject, Held, index_objects, observed_allocations
-from .pipeline import Desired, allocation_readers, managers_of, plan_live, render_desired
 from .plan import Plan, restrict_to
 from .plan_io import DIGEST_FIELD, plan_to_json
+from .planner import plan_live
+from .plugins import managers_of
 from .validate import Validation
 
 #: What a run shows of its progress: the manager → its progress callbacks.
@@ -68,7 +70,7 @@ def render_fresh(head: Validation, held: Mapping[str, Held], only: Sequence[str]
 
 
 #: The desired state of a revision, given the allocations the backends hold and the
-#: managers of the run (the daemon's is cached by its inputs: pipeline.RenderedCache).
+#: managers of the run (the daemon's is cached by its inputs: desired.RenderedCache).
 Render = Callable[[Validation, Mapping[str, Held], Sequence[str]], Desired]
 
 
@@ -130,7 +132,6 @@ def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
                                              sorted(managers))
         full = plan_live(head, managers, observations, inputs, outcome.desired,
                          options.owners)
-        full.diagnostics += [d for d in head.diagnostics if not d.is_error]
         plan = restrict_to(full, full.drift_ids) if options.refresh_only else full
         outcome.plan = plan
         outcome.unmanaged = {name: observations[name].unmanaged() for name in sorted(sessions)}

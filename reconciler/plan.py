@@ -21,8 +21,6 @@ from .order import Step, order
 if TYPE_CHECKING:
     from managers.base import Exposure
 
-    from .validate import Validation
-
 FORMAT_VERSION = "1.2"
 SUPPORTED_MAJOR = 1
 #: The order in which plans count and list actions: what destroys first.
@@ -30,7 +28,7 @@ ACTION_ORDER = (Action.DELETE, Action.REPLACE, Action.CREATE, Action.UPDATE, Act
 
 
 class Describe(Protocol):
-    """How people read backend objects: the managers' own words (pipeline.Describer)."""
+    """How people read backend objects: the managers' own words (desired.Describer)."""
 
     def label(self, obj: BackendObject) -> str: ...
 
@@ -59,8 +57,10 @@ class ResourcePlan:
     fields: list[str] = field(default_factory=list)  # immutable fields that forced a replace
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """One plan, made whole by the planner (planner.py); nothing is added to it after."""
+
     mode: str  # "pr" (between two revisions) or "live" (against the backends)
     installation: str
     inputs: dict[str, Any]
@@ -155,27 +155,6 @@ def _edited(change: Change) -> bool:
     return (before is not None and after is not None and change.action.changes
             and before.meta.get(TAG_HASH) == after.content_hash
             and before.content_hash != after.content_hash)
-
-
-def build_plan(mode: str, installation: str, inputs: dict[str, Any], changes: list[Change],
-               observed: list[BackendObject], resources: list[ResourcePlan],
-               diagnostics: list[Diagnostic], describe: Describe,
-               describe_before: Describe | None = None, repo_unchanged: bool = False) -> Plan:
-    """`describe_before` reads the objects as they were (the base revision's, in a plan
-    between two revisions), when they need other words than the desired ones."""
-    waves = order(changes)
-    drift = drift_of(changes, repo_unchanged) if mode == "live" else set()
-    exposure = exposure_of(changes, describe, describe_before or describe)
-    return Plan(mode, installation, inputs, observed, resources, changes, waves,
-                diagnostics, exposure, drift, describe=describe)
-
-
-def invalid_plan(head: Validation, mode: str, inputs: dict[str, Any]) -> Plan:
-    """What a revision with errors gives: no change, only its diagnostics."""
-    installation = next((str(m.obj.spec.installation) for m in head.manifests
-                         if m.kind == "RepositoryConfig"), "")
-    return Plan(mode, installation, inputs, [], [], [], [], list(head.diagnostics),
-                exposure_of([], PLAINLY, PLAINLY))
 
 
 def restrict_to(plan: Plan, keep: set[str]) -> Plan:

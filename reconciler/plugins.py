@@ -1,13 +1,26 @@
-"""Manager plugins, discovered through the entry-point group `unet.managers`."""
+"""Manager plugins: discovered through the entry-point group `unet.managers`, and
+instantiated, once per NetworkManager of a repo, here only."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+from collections.abc import Iterable
 from functools import cache
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+import pydantic
 
 from managers.base import Manager
+
+from .errors import UnetError
+
+if TYPE_CHECKING:
+    from .model import Model
+    from .schema import Manifest
 
 ENTRY_POINT_GROUP = "unet.managers"
 
@@ -54,3 +67,64 @@ def plugins_digest() -> str:
     signature["(broken)"] = dict(sorted(broken_plugins().items()))
     text = json.dumps(signature, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- instances ----------------------------------------------------------------------------
+
+
+class ConfigError(UnetError):
+    """A NetworkManager's config cannot be used: it names an environment variable that is
+    not set, or a value is not of its field's type."""
+
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def resolve_config(value: Any, where: str) -> Any:
+    """Replace `${NAME}` with the environment's value; secrets never live in the repo."""
+    if isinstance(value, str):
+        def lookup(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in os.environ:
+                raise ConfigError(f"{where} uses ${{{name}}}, but {name} is not set")
+            return os.environ[name]
+
+        return _ENV_REFERENCE.sub(lookup, value)
+    if isinstance(value, list):
+        return [resolve_config(v, where) for v in value]
+    if isinstance(value, dict):
+        return {k: resolve_config(v, where) for k, v in value.items()}
+    return value
+
+
+def instantiate(plugin: type[Manager], manager: Manifest, installation: str,
+                resolve: bool) -> Manager:
+    """The `plugin` instance of the NetworkManager `manager`, with its typed config:
+    `${ENV}` values resolved with `resolve` (for a run against the backend, whose files
+    must then be there), left as they are without (what validation can check)."""
+    where = f"NetworkManager {manager.name}"
+    config = dict(manager.obj.spec.config)
+    if resolve:
+        config = resolve_config(config, where)
+    try:
+        typed = plugin.Config.model_validate(config, context={"resolved": resolve})
+    except pydantic.ValidationError as exc:  # an ${ENV} value of the wrong type, say
+        problem = exc.errors()[0]
+        path = "".join(f".{part}" for part in problem["loc"])
+        raise ConfigError(f"{where}: config{path}: {problem['msg']}") from exc
+    return plugin(manager.name, typed, installation)
+
+
+def managers_of(model: Model, only: Iterable[str] | None = None,
+                resolve: bool = False) -> dict[str, Manager]:
+    """One plugin instance per NetworkManager of the model (or of those named in `only`)."""
+    wanted = set(only) if only is not None else None
+    known = {m.name for m in model.kind("NetworkManager")}
+    if wanted is not None and wanted - known:
+        raise ConfigError(f"no NetworkManager named {', '.join(sorted(wanted - known))}; the "
+                          f"repo has {', '.join(sorted(known)) or 'none'}")
+    plugins = installed_plugins()
+    return {manager.name: instantiate(plugins[manager.obj.spec.plugin], manager,
+                                      model.installation, resolve)
+            for manager in model.kind("NetworkManager")
+            if wanted is None or manager.name in wanted}

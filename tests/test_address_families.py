@@ -13,8 +13,9 @@ import copy
 from typing import Any
 
 from reconciler.allocate import ip_of_port
+from reconciler.desired import render_desired
 from reconciler.objects import Held
-from reconciler.pipeline import plan_between, render_desired
+from reconciler.planner import plan_between
 
 from .test_plan_props import EXAMPLE_FILES, Files, validate_memory
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reconciler.pipeline import plan_between
+from reconciler.planner import plan_between
 from reconciler.validate import validate_repo
 
 TWO_VMS_IN_A_SLASH_30 = """---

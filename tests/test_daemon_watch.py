@@ -25,15 +25,11 @@ from reconciler import heap
 from reconciler.cache import inputs_digest
 from reconciler.daemon.loop import Options, Reconciler
 from reconciler.daemon.watching import Watches
+from reconciler.desired import render_desired, rendered_key, rerender_tenants
 from reconciler.model import Model
 from reconciler.objects import TAG_ALLOCATION, Held, observed_allocations
-from reconciler.pipeline import (
-    changed_tenants,
-    managers_of,
-    render_desired,
-    rendered_key,
-    rerender_tenants,
-)
+from reconciler.planner import changed_tenants
+from reconciler.plugins import managers_of
 from reconciler.validate import ParsedFiles, repo_files, validate_repo
 
 from .support.gitops import EXAMPLE, add_instance, commit_all, git, ovn_only_repo

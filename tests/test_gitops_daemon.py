@@ -341,8 +341,8 @@ def test_durations() -> None:
 
 def test_the_job_summary_fits_and_puts_the_run_first(tmp_path: Path) -> None:
     """Summary first, plan details cut from the end with a note, under the byte limit."""
-    from reconciler.pipeline import plan_between
     from reconciler.plan_io import plan_to_json
+    from reconciler.planner import plan_between
     from reconciler.validate import validate_repo
 
     repo = ovn_only_repo(tmp_path / "repo")

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from reconciler.allocate import ip_of_port
+from reconciler.desired import render_desired
 from reconciler.errors import UnetError
 from reconciler.objects import BackendObject
-from reconciler.pipeline import render_desired
 
 from .support.ovnlab import OvnLab
 from .support.ovnrun import apply, row_named, unet

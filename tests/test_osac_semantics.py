@@ -7,8 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from reconciler.desired import render_desired
 from reconciler.diff import Action
-from reconciler.pipeline import plan_between, render_desired
+from reconciler.planner import plan_between
 
 from .test_plan_props import EXAMPLE_FILES, Files, validate_memory
 

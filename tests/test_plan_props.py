@@ -22,6 +22,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from reconciler.desired import render_desired
 from reconciler.diff import Action
 from reconciler.load import SourceFile
 from reconciler.objects import (
@@ -32,9 +33,9 @@ from reconciler.objects import (
     index_objects,
     observed_allocations,
 )
-from reconciler.pipeline import plan_between, render_desired
 from reconciler.plan import Plan
 from reconciler.plan_io import dumps
+from reconciler.planner import plan_between
 from reconciler.validate import Validation, validate_files, validate_repo
 
 from .conftest import EXAMPLE

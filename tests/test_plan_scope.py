@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.pipeline import changed_tenants, plan_between
 from reconciler.plan_io import plan_to_json
+from reconciler.planner import changed_tenants, plan_between
 from reconciler.validate import ParsedFiles, validate_repo
 
 from .conftest import EXAMPLE, copy_checkout

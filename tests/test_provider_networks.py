@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
+from reconciler.desired import render_desired
 from reconciler.load import DEFAULT_MAX_FILE_BYTES, SourceFile
-from reconciler.pipeline import changed_tenants, plan_between, render_desired
+from reconciler.planner import changed_tenants, plan_between
 from reconciler.validate import ParsedFiles, validate_files
 
 from .support.ovnlab import OvnLab

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reconciler.pipeline import render_desired
+from reconciler.desired import render_desired
 from reconciler.validate import validate_repo
 
 from .test_plan_golden import append_doc, edit_text

@@ -6,11 +6,10 @@ from functools import cache
 from typing import Any
 
 import jsonschema
-import pydantic
 from pydantic.alias_generators import to_camel
 
 from ..models import ADDRESS_FAMILIES, Capability
-from ..plugins import broken_plugins
+from ..plugins import ConfigError, broken_plugins, instantiate
 from ..schema import Manifest
 from .context import Context
 
@@ -172,7 +171,6 @@ def plugin_of(ctx: Context, manager_name: str | None) -> Any:
     if manager is None or plugin is None or id(manager) in ctx.invalid:
         return None
     try:
-        config = plugin.Config.model_validate(manager.obj.spec.config)
-    except pydantic.ValidationError:  # e.g. an ${ENV} value, resolved only when running
+        return instantiate(plugin, manager, "", resolve=False)
+    except ConfigError:  # e.g. an ${ENV} value, resolved only when running
         return None
-    return plugin(manager.name, config, "")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..pipeline import RenderedCache
+from ..desired import RenderedCache
 from .watching import Watches
 
 
@@ -70,8 +70,9 @@ class Incremental:
         plan is not due; else everything."""
         if self.watches is None:
             return {}, None, None
+        from ..desired import allocation_readers, changed_owners, render_desired
         from ..model import Model
-        from ..pipeline import allocation_readers, changed_owners, managers_of, render_desired
+        from ..plugins import managers_of
 
         model = Model(head.context)
         managers = managers_of(model, self.only, resolve=True)
@@ -105,10 +106,10 @@ class Incremental:
         return watches, owners | changes | since.outstanding, desired
 
     def _rendered_key(self, files: str, managers: Any, held: Any) -> str:
-        """pipeline.rendered_key, the allocations' digest computed again only for another
+        """desired.rendered_key, the allocations' digest computed again only for another
         `held` object (the replicas give the same one while the allocations stay the same;
         hashing 100,000 of them takes half a second)."""
-        from ..pipeline import allocations_digest, rendered_key
+        from ..desired import allocations_digest, rendered_key
 
         if self.held_digest is None or self.held_digest[0] is not held:
             self.held_digest = (held, allocations_digest(held))
@@ -117,9 +118,10 @@ class Incremental:
     def _changed_tenants(self, since: Since, head: Any
                          ) -> tuple[Any, frozenset[str]] | None:
         """For a new revision that changes only some tenants' manifests: its desired state,
-        those tenants rendered again (pipeline.rerender_tenants), and the owners to plan
+        those tenants rendered again (desired.rerender_tenants), and the owners to plan
         (every resource of those tenants, before and after); None: plan everything."""
-        from ..pipeline import changed_tenants, rerender_tenants
+        from ..desired import rerender_tenants
+        from ..planner import changed_tenants
 
         base = self.validated.get(since.files)
         tenants = changed_tenants(base, head) if base is not None and base.ok else None
@@ -131,7 +133,8 @@ class Incremental:
 
     def render(self, files: str) -> Any:
         """The desired state for the run, from the cache when its inputs are the same."""
-        from ..pipeline import managers_of, render_desired, rendered_key
+        from ..desired import render_desired, rendered_key
+        from ..plugins import managers_of
 
         def render(head: Any, held: Any, only: Any) -> Any:
             managers = managers_of(self._model(head), only, resolve=True)
@@ -151,7 +154,7 @@ class Incremental:
                  ) -> None:
         """What the next run may build on: after a plan without errors whose apply (if any)
         completed, the owners it left drifted (`reconcile: report`) and the desired state."""
-        from ..pipeline import managers_of
+        from ..plugins import managers_of
 
         plan, desired = outcome.plan, outcome.desired
         if not watches or self.watches is None or plan is None or not plan.ok \

@@ -304,7 +304,7 @@ class Reconciler:
         """This replica's role, standing for the lock of the repo's first fabric manager
         (the first manager, when there is no fabric)."""
         from ..model import Model
-        from ..pipeline import managers_of
+        from ..plugins import managers_of
 
         assert self.election is not None and head.context is not None
         managers = managers_of(Model(head.context), self.options.managers, resolve=True)

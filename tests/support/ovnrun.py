@@ -205,7 +205,7 @@ def add_instance(repo: Path, name: str, subnet: str = "web", group: str = "web")
 
 def desired_keys(repo: Path) -> dict[str, set[str]]:
     """Per table, the keys of the OVN rows a repo needs (rendered without a backend)."""
-    from reconciler.pipeline import render_desired
+    from reconciler.desired import render_desired
     from reconciler.validate import validate_repo
 
     validation = validate_repo(repo)

@@ -1,252 +1,45 @@
-"""The stages joined: a validated revision and an observed state → a plan.
+"""Stage `plan`: a validated revision and what stands for the backends → one Plan.
 
-PR mode plans between two revisions without any backend: the base revision,
-rendered, stands for the observed state. Live mode (apply, reconcile) observes
-the backends instead. Both share everything after the observed objects.
+The planner builds the whole plan at once (plan.py is its data, plan_io.py and
+plan_render.py its readers and writers): the changes per resource with their reasons,
+the diagnostics of the revision and of the plan (safety, conflicts, allocations), the
+exposure summary, and in live mode the drift, the digests to record and the managers.
+Nothing adds to a plan once it is made.
+
+PR mode plans between two revisions without any backend: the base revision, rendered,
+stands for the observed state. Live mode (apply, reconcile) plans against what the
+managers' sessions observed.
 """
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-import pydantic
+from managers.base import Manager, Observation
 
-from managers.base import Exposure, Manager, Observation
-
-from .allocate import (
-    Allocations,
-    ParsedHoldings,
-    allocate,
-    ip_of_port,
-    mac_of_port,
-    port_key,
-    segment_key,
-)
+from .allocate import ip_of_port, mac_of_port, port_key, segment_key
+from .desired import Describer, Desired, render_desired
 from .diagnostics import Diagnostic, json_pointer
 from .diff import Action, Change, diff
-from .errors import UnetError
 from .model import Model
 from .models import WORKLOAD_KINDS, immutable_values
-from .objects import (
-    TAG_IMMUTABLE,
-    TAG_IMMUTABLE_FIELDS,
-    TAG_PROTECTED,
-    BackendObject,
-    Held,
-    content_hash,
-    immutable_fields_tag,
-    immutable_tag,
-    index_objects,
-)
+from .objects import BackendObject, Held, index_objects
+from .order import order
 from .plan import (
-    DIGEST_FORMAT,
+    PLAINLY,
     Plan,
     ResourcePlan,
-    build_plan,
-    desired_digest,
+    drift_of,
+    exposure_of,
     group_by_owner,
-    legacy_desired_digest,
     protected_destroys,
     replaced_fields,
     replaced_rows_reason,
     resource_action,
 )
-from .plugins import installed_plugins
 from .schema import Manifest
 from .validate import Validation
-
-
-@dataclass
-class Desired:
-    model: Model
-    allocations: Allocations
-    objects: list[BackendObject]
-    managers: dict[str, Manager]  # those that rendered the objects
-    held: Mapping[str, Held] = field(default_factory=dict)  # what it was rendered with
-    _digests: dict[tuple[str, bool], str] = field(default_factory=dict)
-
-    def describer(self) -> Describer:
-        return Describer(self.managers, self.model)
-
-    def digest(self, manager: str, legacy: bool = False) -> str:
-        """Of one manager's objects (recorded after an apply; computed once). `legacy`: in
-        the format recorded before DIGEST_FORMAT."""
-        if (manager, legacy) not in self._digests:
-            objects = [o for o in self.objects if o.manager == manager]
-            self._digests[manager, legacy] = (legacy_desired_digest(objects) if legacy
-                                              else desired_digest(objects))
-        return self._digests[manager, legacy]
-
-    def was_applied(self, manager: str, recorded: str | None) -> bool:
-        """Whether `recorded`, the digest `manager` recorded at its last apply, is of this
-        desired state (compared in its own format)."""
-        legacy = recorded is not None and not recorded.startswith(DIGEST_FORMAT)
-        return recorded == self.digest(manager, legacy)
-
-
-class Describer:
-    """How people read backend objects, in the words of the managers that render them."""
-
-    def __init__(self, managers: Mapping[str, Manager], model: Model) -> None:
-        self.managers = managers
-        self.model = model
-
-    def label(self, obj: BackendObject) -> str:
-        manager = self.managers.get(obj.manager)
-        return manager.describe(obj) if manager is not None else f"{obj.table} {obj.key}"
-
-    def exposure(self, obj: BackendObject) -> Exposure | None:
-        manager = self.managers.get(obj.manager)
-        return manager.exposure(obj, self.model) if manager is not None else None
-
-
-class ConfigError(UnetError):
-    """A manager's config names an environment variable that is not set."""
-
-
-_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-def resolve_config(value: Any, where: str) -> Any:
-    """Replace `${NAME}` with the environment's value; secrets never live in the repo."""
-    if isinstance(value, str):
-        def lookup(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in os.environ:
-                raise ConfigError(f"{where} uses ${{{name}}}, but {name} is not set")
-            return os.environ[name]
-
-        return _ENV_REFERENCE.sub(lookup, value)
-    if isinstance(value, list):
-        return [resolve_config(v, where) for v in value]
-    if isinstance(value, dict):
-        return {k: resolve_config(v, where) for k, v in value.items()}
-    return value
-
-
-def managers_of(model: Model, only: Iterable[str] | None = None,
-                resolve: bool = False) -> dict[str, Manager]:
-    """One plugin instance per NetworkManager of the model (or of those named in `only`),
-    each with its typed config (`${ENV}` values resolved with `resolve`)."""
-    plugins = installed_plugins()
-    wanted = set(only) if only is not None else None
-    known = {m.name for m in model.kind("NetworkManager")}
-    if wanted is not None and wanted - known:
-        raise ConfigError(f"no NetworkManager named {', '.join(sorted(wanted - known))}; the "
-                          f"repo has {', '.join(sorted(known)) or 'none'}")
-    out: dict[str, Manager] = {}
-    for manager in model.kind("NetworkManager"):
-        if wanted is not None and manager.name not in wanted:
-            continue
-        where = f"NetworkManager {manager.name}"
-        config = dict(manager.obj.spec.config)
-        if resolve:
-            config = resolve_config(config, where)
-        plugin = plugins[manager.obj.spec.plugin]
-        try:  # resolved: for a run against the backend, whose files must then be there
-            typed = plugin.Config.model_validate(config, context={"resolved": resolve})
-        except pydantic.ValidationError as exc:  # an ${ENV} value of the wrong type, say
-            problem = exc.errors()[0]
-            path = "".join(f".{part}" for part in problem["loc"])
-            raise ConfigError(f"{where}: config{path}: {problem['msg']}") from exc
-        out[manager.name] = plugin(manager.name, typed, model.installation)
-    return out
-
-
-def allocation_readers(model: Model, managers: dict[str, Manager]) -> dict[str, Manager]:
-    """Fabric managers not selected whose allocations selected k8s managers use.
-
-    A k8s manager's segment ids are the ones its classes' fabric manager allocated:
-    that manager is observed too (never locked or changed), so that both agree.
-    """
-    names = {cls.obj.spec.fabric_manager for cls in model.kind("NetworkClass")
-             if cls.obj.spec.k8s_manager in managers and cls.obj.spec.fabric_manager}
-    names -= set(managers)
-    return managers_of(model, names, resolve=True) if names else {}
-
-
-def render_desired(validation: Validation, allocated: Mapping[str, Held],
-                   new_are_unknown: bool = False, only: Iterable[str] | None = None,
-                   tenants: frozenset[str] | None = None) -> Desired:
-    """The objects a validated revision wants, keeping the `allocated` values that still hold.
-
-    With `tenants`, only those tenants' objects (and the provider's) are rendered.
-    """
-    assert validation.context is not None
-    model = Model(validation.context, tenants)
-    everyone = managers_of(model)
-    model.physical_networks = model.full.physical_networks = {
-        name: network for name, manager in everyone.items()
-        if (network := manager.physical_network()) is not None}
-    allocations = allocate(model, allocated, new_are_unknown)
-    managers = {name: everyone[name] for name in (only if only is not None else everyone)}
-    objects: list[BackendObject] = []
-    for manager in managers.values():
-        objects.extend(manager.render(model, allocations))
-    return Desired(model, allocations, _stamp(objects, model), managers, allocated)
-
-
-def rerender_tenants(before: Desired, base: Validation, head: Validation,
-                     tenants: frozenset[str]) -> Desired | None:
-    """The desired state of `head` made from `before`, the desired state of `base` rendered
-    with the same allocations, by rendering only `tenants` again: when nothing but those
-    tenants' manifests changed, no other tenant's objects can. None when the provider's own
-    objects would change too (they may gather what every tenant has): render everything.
-
-    Both revisions are rendered for `tenants` alone, so that the provider's objects, seen
-    through those tenants only, can be compared like with like.
-    """
-    only = list(before.managers)
-    held = ParsedHoldings.of(before.held)
-    old = render_desired(base, held, only=only, tenants=tenants)
-    new = render_desired(head, held, only=only, tenants=tenants)
-    if _provider_objects(old) != _provider_objects(new):
-        return None
-    kept = [o for o in before.objects if _tenant_of(o.owner) not in tenants]
-    mine = [o for o in new.objects if _tenant_of(o.owner) in tenants]
-    return Desired(new.model.full, new.allocations, kept + mine, new.managers, held)
-
-
-def changed_owners(before: Desired, after: Desired) -> frozenset[str]:
-    """The owners of the objects that differ between two desired states."""
-    old, new = index_objects(before.objects), index_objects(after.objects)
-    return frozenset(obj.owner for uid in old.keys() | new.keys()
-                     if old.get(uid) != new.get(uid)
-                     for obj in (old.get(uid), new.get(uid)) if obj is not None)
-
-
-def _provider_objects(desired: Desired) -> dict[str, BackendObject]:
-    return {o.uid: o for o in desired.objects if _tenant_of(o.owner) is None}
-
-
-def _tenant_of(owner: str) -> str | None:
-    """The tenant of a resource's reference (`Kind/tenant/name`; `Kind/name`: the provider)."""
-    parts = owner.split("/")
-    return parts[1] if len(parts) == 3 else None
-
-
-def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
-    """Tag every row with its owner's immutable fields and protection."""
-    owners = {m.ref: m for m in model.ctx.manifests}
-    tags: dict[str, dict[str, str]] = {}
-    out = []
-    for obj in objects:
-        if obj.owner not in tags:
-            owner = owners.get(obj.owner)
-            values = immutable_values(owner.obj) if owner is not None else {}
-            tags[obj.owner] = {} if owner is None else {
-                TAG_IMMUTABLE: immutable_tag(values),
-                **({TAG_IMMUTABLE_FIELDS: immutable_fields_tag(values)} if values else {}),
-                **({TAG_PROTECTED: "true"} if owner.obj.prevent_destroy else {})}
-        meta = {**tags[obj.owner], **obj.meta}
-        out.append(BackendObject(obj.manager, obj.table, obj.key, obj.owner, obj.fields,
-                                 obj.refs, obj.parent, obj.unknown, meta,
-                                 immutable_fields=obj.immutable_fields))
-    return out
 
 
 def plan_between(base: Validation | None, head: Validation, inputs: dict[str, Any]) -> Plan:
@@ -309,8 +102,10 @@ def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, A
                                         describe)
     diagnostics += _safety(changes, desired, observed, base_manifests, head_manifests)
     diagnostics += _allocation_problems(desired)
-    return build_plan("pr", desired.model.installation, inputs, changes, observed, resources,
-                      diagnostics, describe, before.describer() if before else None)
+    diagnostics += _warnings(head)
+    exposure = exposure_of(changes, describe, before.describer() if before else describe)
+    return Plan("pr", desired.model.installation, inputs, observed, resources, changes,
+                order(changes), diagnostics, exposure, describe=describe)
 
 
 def plan_live(head: Validation, managers: dict[str, Manager],
@@ -348,16 +143,32 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     diagnostics += _conflicts(observations, changes)
     diagnostics += _allocation_problems(desired)
     diagnostics += _unrecorded(desired.model, desired.held, managers)
-    digests = {name: desired.digest(name) for name in managers}
+    diagnostics += _warnings(head)
     unchanged = all(desired.was_applied(name, observations[name].applied_digest)
                     for name in managers)
-    plan = build_plan("live", desired.model.installation, inputs, changes, observed, resources,
-                      diagnostics, describe, repo_unchanged=unchanged)
-    plan.exposure["drift_opened"] = _drift_exposure(plan, describe)
-    plan.desired_digests = digests
-    plan.managers = {m.name: {"plugin": m.obj.spec.plugin, "config": m.obj.spec.config}
-                     for m in desired.model.kind("NetworkManager") if m.name in managers}
-    return plan
+    drift = drift_of(changes, unchanged)
+    exposure = exposure_of(changes, describe, describe)
+    exposure["drift_opened"] = _drift_exposure([c for c in changes if c.uid in drift],
+                                               describe)
+    return Plan("live", desired.model.installation, inputs, observed, resources, changes,
+                order(changes), diagnostics, exposure, drift,
+                {name: desired.digest(name) for name in managers},
+                {m.name: {"plugin": m.obj.spec.plugin, "config": m.obj.spec.config}
+                 for m in desired.model.kind("NetworkManager") if m.name in managers},
+                describe)
+
+
+def invalid_plan(head: Validation, mode: str, inputs: dict[str, Any]) -> Plan:
+    """What a revision with errors gives: no change, only its diagnostics."""
+    installation = next((str(m.obj.spec.installation) for m in head.manifests
+                         if m.kind == "RepositoryConfig"), "")
+    return Plan(mode, installation, inputs, [], [], [], [], list(head.diagnostics),
+                exposure_of([], PLAINLY, PLAINLY))
+
+
+def _warnings(head: Validation) -> list[Diagnostic]:
+    """The revision's own warnings, which every plan of it shows."""
+    return [d for d in head.diagnostics if not d.is_error]
 
 
 def _unrecorded(model: Model, held: Mapping[str, Held],
@@ -397,10 +208,10 @@ def _unrecorded(model: Model, held: Mapping[str, Held],
     return out
 
 
-def _drift_exposure(plan: Plan, describe: Describer) -> list[dict[str, str]]:
+def _drift_exposure(drift: list[Change], describe: Describer) -> list[dict[str, str]]:
     """What drift opens to the outside that the repo does not: the apply closes it."""
     out = []
-    for change in plan.drift:
+    for change in drift:
         if change.before is None:
             continue
         now = describe.exposure(change.before)
@@ -621,46 +432,3 @@ def _destroys_foreign(changes: list[Change], base: dict[str, Manifest],
     return out
 
 
-class RenderedCache:
-    """The desired state last rendered, reused while every input it was rendered from is
-    the same (the reconcile daemon renders a thousand tenants once, not on every run).
-
-    The key (`rendered_key`) holds every input of `render_desired`: the revision's files
-    (paths and contents) with unet's code, schemas and installed plugins and the file
-    size bound (cache.inputs_digest), the managers of the run with their resolved configs
-    (`${ENV}` values included), and the allocations the backends hold. Anything else
-    rendering reads is derived from these.
-    """
-
-    def __init__(self) -> None:
-        self.keys: set[str] = set()  # each names the inputs it was (or would be) rendered from
-        self.desired: Desired | None = None
-        self.renders = 0
-
-    def get(self, key: str) -> Desired | None:
-        return self.desired if key in self.keys else None
-
-    def put(self, key: str, desired: Desired) -> Desired:
-        self.keys, self.desired = {key}, desired
-        self.renders += 1
-        return desired
-
-    def alias(self, key: str) -> None:
-        """Other inputs known to render the same desired state (after an apply, the
-        allocations the backends now record are the ones it holds)."""
-        if self.desired is not None:
-            self.keys.add(key)
-
-
-def rendered_key(files: str, managers: Mapping[str, Manager],
-                 held: Mapping[str, Held], allocations: str | None = None) -> str:
-    """The key of a rendered desired state (RenderedCache): `files` is the digest of the
-    revision's files and of unet itself (cache.inputs_digest); `allocations`, that of
-    `held` when the caller has it already."""
-    configs = {name: m.config.model_dump(mode="json") for name, m in sorted(managers.items())}
-    return content_hash([files, configs, allocations or allocations_digest(held)])
-
-
-def allocations_digest(held: Mapping[str, Held]) -> str:
-    """Of every recorded allocation, value and scope (a part of `rendered_key`)."""
-    return content_hash(sorted((key, h.value, h.scope or "") for key, h in held.items()))

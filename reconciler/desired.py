@@ -1,0 +1,215 @@
+"""Stage `render`, for a run: the desired state of a validated revision, per manager.
+
+`render_desired` instantiates the revision's managers (plugins.managers_of), allocates
+what the revision needs given what the backends hold (allocate.py) and has each manager
+render its objects, stamped with their owner's immutable fields and protection. A
+desired state also says how people read its objects (`Describer`), and the digest each
+manager records after applying it. The reconcile daemon keeps one between runs
+(`RenderedCache`), keyed by every input of rendering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from managers.base import Exposure, Manager
+
+from .allocate import Allocations, ParsedHoldings, allocate
+from .model import Model
+from .models import immutable_values
+from .objects import (
+    TAG_IMMUTABLE,
+    TAG_IMMUTABLE_FIELDS,
+    TAG_PROTECTED,
+    BackendObject,
+    Held,
+    content_hash,
+    immutable_fields_tag,
+    immutable_tag,
+    index_objects,
+)
+from .plan import DIGEST_FORMAT, desired_digest, legacy_desired_digest
+from .plugins import managers_of
+from .validate import Validation
+
+
+@dataclass
+class Desired:
+    model: Model
+    allocations: Allocations
+    objects: list[BackendObject]
+    managers: dict[str, Manager]  # those that rendered the objects
+    held: Mapping[str, Held] = field(default_factory=dict)  # what it was rendered with
+    _digests: dict[tuple[str, bool], str] = field(default_factory=dict)
+
+    def describer(self) -> Describer:
+        return Describer(self.managers, self.model)
+
+    def digest(self, manager: str, legacy: bool = False) -> str:
+        """Of one manager's objects (recorded after an apply; computed once). `legacy`: in
+        the format recorded before DIGEST_FORMAT."""
+        if (manager, legacy) not in self._digests:
+            objects = [o for o in self.objects if o.manager == manager]
+            self._digests[manager, legacy] = (legacy_desired_digest(objects) if legacy
+                                              else desired_digest(objects))
+        return self._digests[manager, legacy]
+
+    def was_applied(self, manager: str, recorded: str | None) -> bool:
+        """Whether `recorded`, the digest `manager` recorded at its last apply, is of this
+        desired state (compared in its own format)."""
+        legacy = recorded is not None and not recorded.startswith(DIGEST_FORMAT)
+        return recorded == self.digest(manager, legacy)
+
+
+class Describer:
+    """How people read backend objects, in the words of the managers that render them."""
+
+    def __init__(self, managers: Mapping[str, Manager], model: Model) -> None:
+        self.managers = managers
+        self.model = model
+
+    def label(self, obj: BackendObject) -> str:
+        manager = self.managers.get(obj.manager)
+        return manager.describe(obj) if manager is not None else f"{obj.table} {obj.key}"
+
+    def exposure(self, obj: BackendObject) -> Exposure | None:
+        manager = self.managers.get(obj.manager)
+        return manager.exposure(obj, self.model) if manager is not None else None
+
+
+def allocation_readers(model: Model, managers: dict[str, Manager]) -> dict[str, Manager]:
+    """Fabric managers not selected whose allocations selected k8s managers use.
+
+    A k8s manager's segment ids are the ones its classes' fabric manager allocated:
+    that manager is observed too (never locked or changed), so that both agree.
+    """
+    names = {cls.obj.spec.fabric_manager for cls in model.kind("NetworkClass")
+             if cls.obj.spec.k8s_manager in managers and cls.obj.spec.fabric_manager}
+    names -= set(managers)
+    return managers_of(model, names, resolve=True) if names else {}
+
+
+def render_desired(validation: Validation, allocated: Mapping[str, Held],
+                   new_are_unknown: bool = False, only: Iterable[str] | None = None,
+                   tenants: frozenset[str] | None = None) -> Desired:
+    """The objects a validated revision wants, keeping the `allocated` values that still hold.
+
+    With `tenants`, only those tenants' objects (and the provider's) are rendered.
+    """
+    assert validation.context is not None
+    model = Model(validation.context, tenants)
+    everyone = managers_of(model)
+    model.physical_networks = model.full.physical_networks = {
+        name: network for name, manager in everyone.items()
+        if (network := manager.physical_network()) is not None}
+    allocations = allocate(model, allocated, new_are_unknown)
+    managers = {name: everyone[name] for name in (only if only is not None else everyone)}
+    objects: list[BackendObject] = []
+    for manager in managers.values():
+        objects.extend(manager.render(model, allocations))
+    return Desired(model, allocations, _stamp(objects, model), managers, allocated)
+
+
+def rerender_tenants(before: Desired, base: Validation, head: Validation,
+                     tenants: frozenset[str]) -> Desired | None:
+    """The desired state of `head` made from `before`, the desired state of `base` rendered
+    with the same allocations, by rendering only `tenants` again: when nothing but those
+    tenants' manifests changed, no other tenant's objects can. None when the provider's own
+    objects would change too (they may gather what every tenant has): render everything.
+
+    Both revisions are rendered for `tenants` alone, so that the provider's objects, seen
+    through those tenants only, can be compared like with like.
+    """
+    only = list(before.managers)
+    held = ParsedHoldings.of(before.held)
+    old = render_desired(base, held, only=only, tenants=tenants)
+    new = render_desired(head, held, only=only, tenants=tenants)
+    if _provider_objects(old) != _provider_objects(new):
+        return None
+    kept = [o for o in before.objects if _tenant_of(o.owner) not in tenants]
+    mine = [o for o in new.objects if _tenant_of(o.owner) in tenants]
+    return Desired(new.model.full, new.allocations, kept + mine, new.managers, held)
+
+
+def changed_owners(before: Desired, after: Desired) -> frozenset[str]:
+    """The owners of the objects that differ between two desired states."""
+    old, new = index_objects(before.objects), index_objects(after.objects)
+    return frozenset(obj.owner for uid in old.keys() | new.keys()
+                     if old.get(uid) != new.get(uid)
+                     for obj in (old.get(uid), new.get(uid)) if obj is not None)
+
+
+def _provider_objects(desired: Desired) -> dict[str, BackendObject]:
+    return {o.uid: o for o in desired.objects if _tenant_of(o.owner) is None}
+
+
+def _tenant_of(owner: str) -> str | None:
+    """The tenant of a resource's reference (`Kind/tenant/name`; `Kind/name`: the provider)."""
+    parts = owner.split("/")
+    return parts[1] if len(parts) == 3 else None
+
+
+def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
+    """Tag every row with its owner's immutable fields and protection."""
+    owners = {m.ref: m for m in model.ctx.manifests}
+    tags: dict[str, dict[str, str]] = {}
+    out = []
+    for obj in objects:
+        if obj.owner not in tags:
+            owner = owners.get(obj.owner)
+            values = immutable_values(owner.obj) if owner is not None else {}
+            tags[obj.owner] = {} if owner is None else {
+                TAG_IMMUTABLE: immutable_tag(values),
+                **({TAG_IMMUTABLE_FIELDS: immutable_fields_tag(values)} if values else {}),
+                **({TAG_PROTECTED: "true"} if owner.obj.prevent_destroy else {})}
+        meta = {**tags[obj.owner], **obj.meta}
+        out.append(BackendObject(obj.manager, obj.table, obj.key, obj.owner, obj.fields,
+                                 obj.refs, obj.parent, obj.unknown, meta,
+                                 immutable_fields=obj.immutable_fields))
+    return out
+
+
+class RenderedCache:
+    """The desired state last rendered, reused while every input it was rendered from is
+    the same (the reconcile daemon renders a thousand tenants once, not on every run).
+
+    The key (`rendered_key`) holds every input of `render_desired`: the revision's files
+    (paths and contents) with unet's code, schemas and installed plugins and the file
+    size bound (cache.inputs_digest), the managers of the run with their resolved configs
+    (`${ENV}` values included), and the allocations the backends hold. Anything else
+    rendering reads is derived from these.
+    """
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()  # each names the inputs it was (or would be) rendered from
+        self.desired: Desired | None = None
+        self.renders = 0
+
+    def get(self, key: str) -> Desired | None:
+        return self.desired if key in self.keys else None
+
+    def put(self, key: str, desired: Desired) -> Desired:
+        self.keys, self.desired = {key}, desired
+        self.renders += 1
+        return desired
+
+    def alias(self, key: str) -> None:
+        """Other inputs known to render the same desired state (after an apply, the
+        allocations the backends now record are the ones it holds)."""
+        if self.desired is not None:
+            self.keys.add(key)
+
+
+def rendered_key(files: str, managers: Mapping[str, Manager],
+                 held: Mapping[str, Held], allocations: str | None = None) -> str:
+    """The key of a rendered desired state (RenderedCache): `files` is the digest of the
+    revision's files and of unet itself (cache.inputs_digest); `allocations`, that of
+    `held` when the caller has it already."""
+    configs = {name: m.config.model_dump(mode="json") for name, m in sorted(managers.items())}
+    return content_hash([files, configs, allocations or allocations_digest(held)])
+
+
+def allocations_digest(held: Mapping[str, Held]) -> str:
+    """Of every recorded allocation, value and scope (a part of `rendered_key`)."""
+    return content_hash(sorted((key, h.value, h.scope or "") for key, h in held.items()))
