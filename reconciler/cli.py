@@ -13,7 +13,7 @@ from typing import Any
 from . import heap
 from .daemon import cli as reconcile
 from .diagnostics import Diagnostic, codes_markdown
-from .errors import EXIT_ERROR, EXIT_OK, UnetError
+from .errors import EXIT_ERROR, EXIT_OK, RunFailed, UnetError
 from .load import DEFAULT_MAX_FILE_BYTES, SourceFile
 
 
@@ -430,7 +430,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
-        return func(args)
+        try:
+            return func(args)
+        except RunFailed as failed:  # what stopped it is the news; how far it got is shown
+            raise failed.cause from None
     except UnetError as exc:
         print(f"unet: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from managers.base import ApplyOutcome, Manager, Observation, ProgressFactory, Session, Watch
+from managers.base import ApplyOutcome, Manager, Observation, ProgressFactory, Session
 
 from .desired import Desired, allocation_readers, render_desired
 from .diff import Change, diff
-from .errors import UnetError
+from .errors import RunFailed, UnetError
 from .model import Model
 from .objects import BackendObject, Held, index_objects, observed_allocations
 from .plan import Plan, restrict_to
@@ -65,13 +65,31 @@ def _quiet(manager: str) -> ProgressFactory:
     return lambda index, waves, steps: lambda done, total: None
 
 
+#: How a run reads one manager's backend (its name, its session): by the session (one-shot
+#: runs), or from the reconcile daemon's replica of it.
+Observe = Callable[[str, Session], Observation]
+
+#: The desired state of a revision, given the allocations the backends hold and the
+#: managers of the run: rendered afresh, or the daemon's (desired.RenderedCache).
+DesiredSource = Callable[[Validation, Mapping[str, Held], Sequence[str]], Desired]
+
+
+def by_session(name: str, session: Session) -> Observation:
+    return session.observe()
+
+
 def render_fresh(head: Validation, held: Mapping[str, Held], only: Sequence[str]) -> Desired:
     return render_desired(head, held, only=list(only))
 
 
-#: The desired state of a revision, given the allocations the backends hold and the
-#: managers of the run (the daemon's is cached by its inputs: desired.RenderedCache).
-Render = Callable[[Validation, Mapping[str, Held], Sequence[str]], Desired]
+@dataclass(frozen=True)
+class Reading:
+    """Where a run reads what it plans from: the backends (`observe`), the desired state
+    (`desired`), and which resources' objects it plans (`owners`; None: all)."""
+
+    observe: Observe = by_session
+    desired: DesiredSource = render_fresh
+    owners: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,17 +100,12 @@ class RunOptions:
     refresh_only: bool = False  # plan only drift
     waiting: Callable[[str], None] = say_waiting  # hears who holds a lock it waits for
     progress: Progress = _quiet
-    render: Render = render_fresh
-    # The reconcile daemon's replicas (manager → Watch), read instead of the backends;
-    # with `owners`, only those resources' objects are planned, against `rendered`.
-    watches: Mapping[str, Watch] = field(default_factory=dict)
-    owners: frozenset[str] | None = None
-    rendered: Desired | None = None
 
 
 @dataclass
 class Outcome:
-    """What a run did; filled in as it goes, so a caller sees how far a run that raised got."""
+    """What a run did; filled in as it goes, so that a run that fails (RunFailed) says how
+    far it got."""
 
     plan: Plan | None = None
     desired: Desired | None = None  # what the plan was made for
@@ -113,37 +126,45 @@ class Outcome:
 
 
 def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
-        gate: Gate | None = None, outcome: Outcome | None = None) -> Outcome:
+        gate: Gate | None = None, reading: Reading = Reading()) -> Outcome:
     """Plan the validated `head` against the backends under their locks and, when a gate
-    is given, apply what it lets through."""
-    outcome = outcome if outcome is not None else Outcome()
+    is given, apply what it lets through. Raises RunFailed when it cannot finish."""
+    outcome = Outcome()
+    try:
+        _run(head, inputs, options, gate, reading, outcome)
+    except Exception as exc:
+        raise RunFailed(exc, outcome) from exc
+    return outcome
+
+
+def _run(head: Validation, inputs: dict[str, Any], options: RunOptions, gate: Gate | None,
+         reading: Reading, outcome: Outcome) -> None:
     model = Model(head.context)  # type: ignore[arg-type]
     managers = managers_of(model, options.only, resolve=True)
     readers = allocation_readers(model, managers)
-    with _sessions(managers, readers, options, outcome) as (sessions, reading):
-        observe = _observer(sessions, options)
+    with _sessions(managers, readers, options, outcome) as (sessions, allocating):
+        def observe(name: str) -> Observation:
+            return reading.observe(name, sessions[name])
+
         observations = {name: observe(name) for name in sorted(sessions)}
-        hints = [obj for name in sorted(reading) for obj in reading[name].observe().objects]
-        if options.rendered is not None:
-            outcome.desired = options.rendered
-        else:
-            observed = [o for name in sorted(observations) for o in observations[name].objects]
-            outcome.desired = options.render(head, observed_allocations([*observed, *hints]),
-                                             sorted(managers))
+        hints = [obj for name in sorted(allocating)
+                 for obj in allocating[name].observe().objects]
+        observed = [o for name in sorted(observations) for o in observations[name].objects]
+        outcome.desired = reading.desired(head, observed_allocations([*observed, *hints]),
+                                          sorted(managers))
         full = plan_live(head, managers, observations, inputs, outcome.desired,
-                         options.owners)
+                         reading.owners)
         plan = restrict_to(full, full.drift_ids) if options.refresh_only else full
         outcome.plan = plan
         outcome.unmanaged = {name: observations[name].unmanaged() for name in sorted(sessions)}
         outcome.reports = _reports(sessions, plan.changes, None)
         todo = gate(plan, outcome.reports) if gate is not None else None
         if todo is None or not plan.ok:
-            return outcome
+            return
         if todo.has_changes:
             done = _execute(todo, sessions, observations, observe, options.progress, outcome)
             outcome.reports = _reports(sessions, plan.changes, done)
         _record(sessions, full, todo, outcome)
-    return outcome
 
 
 def read_desired(head: Validation, options: RunOptions) -> Desired:
@@ -176,17 +197,6 @@ def _sessions(managers: Mapping[str, Manager], readers: Mapping[str, Manager],
             yield sessions, reading
         finally:
             outcome.unlocked_at = time.time()
-
-
-def _observer(sessions: Mapping[str, Session], options: RunOptions
-              ) -> Callable[[str], Observation]:
-    """How a manager's backend is read in this run: from the daemon's replica when it has
-    one (only the owners planned, when the plan is targeted), else by the session."""
-    def observe(name: str) -> Observation:
-        watch = options.watches.get(name)
-        return watch.observe(options.owners) if watch is not None else sessions[name].observe()
-
-    return observe
 
 
 def _execute(todo: Plan, sessions: Mapping[str, Session],

@@ -7,17 +7,49 @@ only what changed (docs/gitops.md, "Watching the backends").
 - What the last run left (`Since`), when it ended well: a run after it plans only the
   owners whose backend objects changed (the replicas say which), those the last run
   left drifted, and, for a new revision that changes only some tenants, those tenants'.
+
+A run reads through `reading` (engine.Reading): the replicas instead of the backends they
+watch, and the desired state of its scope or the cached one.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..desired import RenderedCache
+from managers.base import Manager, Observation, Session, Watch
+
+from ..cache import inputs_digest
+from ..desired import (
+    Desired,
+    RenderedCache,
+    allocation_readers,
+    allocations_digest,
+    changed_owners,
+    render_desired,
+    rendered_key,
+    rerender_tenants,
+)
+from ..engine import DesiredSource, Outcome, Reading, render_fresh
+from ..model import Model
+from ..objects import Held
+from ..planner import changed_tenants
+from ..plugins import managers_of
+from ..validate import ParsedFiles, Validation, repo_files, validate_files
 from .watching import Watches
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a run plans: the replicas it reads instead of the backends, the owners whose
+    objects it plans (None: everything), and the desired state it plans them against
+    (None: rendered by the run)."""
+
+    watches: Mapping[str, Watch]
+    owners: frozenset[str] | None = None
+    desired: Desired | None = None
 
 
 @dataclass(frozen=True)
@@ -25,7 +57,7 @@ class Since:
     """What the last run of a watching daemon left, when it ended well."""
 
     files: str  # the digest of the revision's files it planned
-    desired: Any  # the desired state it planned against
+    desired: Desired  # the desired state it planned against
     outstanding: frozenset[str]  # owners with changes it left (drift, with `report`)
     resync_due: float  # monotonic time of the next full plan
 
@@ -37,17 +69,14 @@ class Incremental:
         self.only = only  # the run's managers (None: all)
         self.resync_interval = resync_interval
         self.rendered = RenderedCache()
-        self.validated: dict[str, Any] = {}  # files digest → Validation, the last two
+        self.validated: dict[str, Validation] = {}  # files digest → validation, the last two
         self.since: Since | None = None  # what the last run left, for the next to build on
-        self.held_digest: tuple[Any, str] | None = None  # (held, its allocations_digest)
+        self.held_digest: tuple[Mapping[str, Held], str] | None = None  # with its digest
 
-    def validate(self, folder: Path, rev: str | None, max_file_size: int, parsed: Any
-                 ) -> tuple[str, Any]:
+    def validate(self, folder: Path, rev: str | None, max_file_size: int,
+                 parsed: ParsedFiles) -> tuple[str, Validation]:
         """The digest of the revision's files (and of unet), and its validation: done again
         only when that digest changes."""
-        from ..cache import inputs_digest
-        from ..validate import repo_files, validate_files
-
         items = list(repo_files(folder, rev, max_file_size))
         if self.watches is None:  # validated (and rendered) each run: no digest needed
             return "", validate_files(iter(items), max_file_size, parsed)
@@ -58,31 +87,25 @@ class Incremental:
             self.validated[files] = validate_files(iter(items), max_file_size, parsed)
         return files, self.validated[files]
 
-    def scope(self, head: Any, files: str
-               ) -> tuple[dict[str, Any], frozenset[str] | None, Any] | None:
-        """What this run plans: (the replicas to read, the owners to plan or None for
-        everything, the desired state to plan them against); None: nothing changed since
-        the last run, which ended well, so there is nothing to plan.
+    def scope(self, head: Validation, files: str) -> Scope | None:
+        """What this run plans; None: nothing changed since the last run, which ended well,
+        so there is nothing to plan.
 
         A run plans only the owners whose backend objects changed (and those it left
         drifted) when the desired state for the revision and for the allocations the
         replicas record is in the cache (`RenderedCache`, keyed by every input), and a full
         plan is not due; else everything."""
         if self.watches is None:
-            return {}, None, None
-        from ..desired import allocation_readers, changed_owners, render_desired
-        from ..model import Model
-        from ..plugins import managers_of
-
-        model = Model(head.context)
+            return Scope({})
+        model = _model(head)
         managers = managers_of(model, self.only, resolve=True)
         watches = self.watches.follow(managers, allocation_readers(model, managers))
         if not watches:
-            return {}, None, None
+            return Scope({})
         changes = self.watches.changes()
         since = self.since
         if changes is None or since is None or time.monotonic() >= since.resync_due:
-            return watches, None, None
+            return Scope(watches)
         if since.files == files and not changes and not since.outstanding:
             return None  # nothing changed anywhere (allocations change only with rows)
         held = self.watches.held()
@@ -94,70 +117,68 @@ class Incremental:
                 desired = self.rendered.put(key, render_desired(head, held,
                                                                 only=sorted(managers)))
                 owners |= changed_owners(since.desired, desired)
-            return (watches, owners, desired) if owners else None
+            return Scope(watches, owners, desired) if owners else None
         if self.rendered.get(self._rendered_key(since.files, managers, held)) \
                 is not since.desired:
-            return watches, None, None
+            return Scope(watches)
         found = self._changed_tenants(since, head)
         if found is None:
-            return watches, None, None
+            return Scope(watches)
         desired, owners = found
         self.rendered.put(self._rendered_key(files, managers, held), desired)
-        return watches, owners | changes | since.outstanding, desired
+        return Scope(watches, owners | changes | since.outstanding, desired)
 
-    def _rendered_key(self, files: str, managers: Any, held: Any) -> str:
-        """desired.rendered_key, the allocations' digest computed again only for another
-        `held` object (the replicas give the same one while the allocations stay the same;
-        hashing 100,000 of them takes half a second)."""
-        from ..desired import allocations_digest, rendered_key
+    def reading(self, files: str, scope: Scope) -> Reading:
+        """Where a run of `scope` reads from: the replicas instead of the backends they
+        watch; the scope's desired state, else the cached one when its inputs are the same."""
+        def observe(name: str, session: Session) -> Observation:
+            watch = scope.watches.get(name)
+            return watch.observe(scope.owners) if watch is not None else session.observe()
 
-        if self.held_digest is None or self.held_digest[0] is not held:
-            self.held_digest = (held, allocations_digest(held))
-        return rendered_key(files, managers, held, self.held_digest[1])
+        rendered = scope.desired
+        if rendered is not None:
+            return Reading(observe, lambda _head, _held, _only: rendered, scope.owners)
+        return Reading(observe, self._render(files) if files else render_fresh, scope.owners)
 
-    def _changed_tenants(self, since: Since, head: Any
-                         ) -> tuple[Any, frozenset[str]] | None:
-        """For a new revision that changes only some tenants' manifests: its desired state,
-        those tenants rendered again (desired.rerender_tenants), and the owners to plan
-        (every resource of those tenants, before and after); None: plan everything."""
-        from ..desired import rerender_tenants
-        from ..planner import changed_tenants
-
-        base = self.validated.get(since.files)
-        tenants = changed_tenants(base, head) if base is not None and base.ok else None
-        desired = rerender_tenants(since.desired, base, head, tenants) if tenants else None
-        if desired is None:
-            return None
-        return desired, frozenset(m.ref for m in (*base.manifests, *head.manifests)
-                                  if m.obj.scope == "tenant" and m.tenant in tenants)
-
-    def render(self, files: str) -> Any:
-        """The desired state for the run, from the cache when its inputs are the same."""
-        from ..desired import render_desired, rendered_key
-        from ..plugins import managers_of
-
-        def render(head: Any, held: Any, only: Any) -> Any:
-            managers = managers_of(self._model(head), only, resolve=True)
+    def _render(self, files: str) -> DesiredSource:
+        """The desired state for a run, from the cache when its inputs are the same."""
+        def render(head: Validation, held: Mapping[str, Held], only: Sequence[str]
+                   ) -> Desired:
+            managers = managers_of(_model(head), only, resolve=True)
             key = rendered_key(files, managers, held)
             return self.rendered.get(key) or self.rendered.put(
                 key, render_desired(head, held, only=list(only)))
 
         return render
 
-    @staticmethod
-    def _model(head: Any) -> Any:
-        from ..model import Model
+    def _rendered_key(self, files: str, managers: Mapping[str, Manager],
+                      held: Mapping[str, Held]) -> str:
+        """desired.rendered_key, the allocations' digest computed again only for another
+        `held` object (the replicas give the same one while the allocations stay the same;
+        hashing 100,000 of them takes half a second)."""
+        if self.held_digest is None or self.held_digest[0] is not held:
+            self.held_digest = (held, allocations_digest(held))
+        return rendered_key(files, managers, held, self.held_digest[1])
 
-        return Model(head.context)
+    def _changed_tenants(self, since: Since, head: Validation
+                         ) -> tuple[Desired, frozenset[str]] | None:
+        """For a new revision that changes only some tenants' manifests: its desired state,
+        those tenants rendered again (desired.rerender_tenants), and the owners to plan
+        (every resource of those tenants, before and after); None: plan everything."""
+        base = self.validated.get(since.files)
+        tenants = changed_tenants(base, head) if base is not None and base.ok else None
+        desired = rerender_tenants(since.desired, base, head, tenants) \
+            if base is not None and tenants else None
+        if base is None or tenants is None or desired is None:
+            return None
+        return desired, frozenset(m.ref for m in (*base.manifests, *head.manifests)
+                                  if m.obj.scope == "tenant" and m.tenant in tenants)
 
-    def remember(self, files: str, watches: dict[str, Any], outcome: Any, full: bool
-                 ) -> None:
+    def remember(self, files: str, scope: Scope, outcome: Outcome) -> None:
         """What the next run may build on: after a plan without errors whose apply (if any)
         completed, the owners it left drifted (`reconcile: report`) and the desired state."""
-        from ..plugins import managers_of
-
         plan, desired = outcome.plan, outcome.desired
-        if not watches or self.watches is None or plan is None or not plan.ok \
+        if not scope.watches or self.watches is None or plan is None or not plan.ok \
                 or desired is None or not outcome.complete:
             return
         applied = outcome.applied
@@ -169,13 +190,18 @@ class Incremental:
             # changed one meanwhile): rendering with them gives it again, so it is cached
             # under that key too.
             held = self.watches.held()
-            managers = managers_of(self._model(self.validated[files]), sorted(plan.managers),
+            managers = managers_of(_model(self.validated[files]), sorted(plan.managers),
                                    resolve=True)
             key = self._rendered_key(files, managers, held)
             if self.rendered.get(key) is None and {k: h.value for k, h in held.items()} == {
                     k: a.held().value for k, a in desired.allocations.values.items()}:
                 self.rendered.alias(key)
         previous = self.since
-        due = previous.resync_due if previous is not None and not full else \
-            time.monotonic() + self.resync_interval
+        due = previous.resync_due if previous is not None and scope.owners is not None \
+            else time.monotonic() + self.resync_interval
         self.since = Since(files, desired, outstanding, due)
+
+
+def _model(head: Validation) -> Model:
+    assert head.context is not None, "a valid revision has a context"
+    return Model(head.context)

@@ -31,7 +31,7 @@ from typing import Any
 from managers.base import BackendLocked
 
 from .. import heap
-from ..errors import EXIT_OK, UnetError
+from ..errors import EXIT_OK, RunFailed, UnetError
 from ..load import DEFAULT_MAX_FILE_BYTES
 from .election import ACTIVE, Election
 from .endpoints import listen
@@ -249,25 +249,25 @@ class Reconciler:
             run.message = "no changes: neither the repo nor the backends changed since the " \
                           "last run"
             return _Outcome()
-        watches, owners, rendered = scope
+        owners = scope.owners
         run.scope = "full" if owners is None else \
             f"{len(owners)} owner{'' if len(owners) == 1 else 's'}"
         options = engine.RunOptions(workdir=self.options.workdir,
                                     lock_timeout=self.options.lock_timeout,
-                                    only=self.options.managers, waiting=_log_waiting,
-                                    render=self.incremental.render(files) if files else
-                                    engine.render_fresh, watches=watches,
-                                    owners=owners, rendered=rendered)
-        outcome = engine.Outcome()
+                                    only=self.options.managers, waiting=_log_waiting)
         self.incremental.since = None  # until this run has ended well
         try:
-            engine.run(head, {"head": revision_info(folder, rev)}, options,
-                       lambda plan, _reports: self._gate(plan, run), outcome)
-        finally:
-            run.locked_at, run.unlocked_at = outcome.locked_at, outcome.unlocked_at
+            outcome = engine.run(head, {"head": revision_info(folder, rev)}, options,
+                                 lambda plan, _reports: self._gate(plan, run),
+                                 self.incremental.reading(files, scope))
+        except RunFailed as failed:
+            locked = failed.outcome
+            run.locked_at, run.unlocked_at = locked.locked_at, locked.unlocked_at
+            raise failed.cause from None
+        run.locked_at, run.unlocked_at = outcome.locked_at, outcome.unlocked_at
         plan = outcome.plan
         assert plan is not None
-        self.incremental.remember(files, watches, outcome, run.scope == "full")
+        self.incremental.remember(files, scope, outcome)
         if not plan.ok:
             errors = [d for d in plan.diagnostics if d.is_error]
             run.errors = len(errors)
