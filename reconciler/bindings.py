@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import netaddr
 
+from managers.contract import ClusterManager
+
 from .allocate import (
     Allocations,
     external_key,
@@ -28,7 +30,7 @@ from .models import segment_of
 from .schema import Manifest
 
 if TYPE_CHECKING:
-    from managers.base import Manager
+    from managers.contract import Manager
 
 FORMAT_VERSION = "1.0"
 KNOWN_AFTER_APPLY = "(known after apply)"
@@ -72,7 +74,8 @@ def workload_binding(model: Model, values: AllocatedValues, managers: Mapping[st
                            "hostingCluster": model.hosting_cluster(workload)}
     vn = model.network_of_workload(workload)
     cls = model.class_of(workload.tenant, vn) if vn is not None else None
-    k8s = managers.get(cls.obj.spec.k8s_manager or "") if cls is not None else None
+    found = managers.get(cls.obj.spec.k8s_manager or "") if cls is not None else None
+    k8s = found if isinstance(found, ClusterManager) else None
     primary = next((i for i, a in enumerate(spec.network_attachments) if a.primary), 0)
     out["attachments"] = [
         _attachment(model, values, k8s, workload, index, index == primary)
@@ -88,8 +91,8 @@ def workload_binding(model: Model, values: AllocatedValues, managers: Mapping[st
     return out
 
 
-def _attachment(model: Model, values: AllocatedValues, k8s: Manager | None, workload: Manifest,
-                index: int, primary: bool) -> dict[str, Any]:
+def _attachment(model: Model, values: AllocatedValues, k8s: ClusterManager | None,
+                workload: Manifest, index: int, primary: bool) -> dict[str, Any]:
     attachment = workload.obj.spec.network_attachments[index]
     tenant, name = segment_of(workload.tenant, attachment)
     segment = model.get("Subnet" if tenant is not None else "ProviderNetwork", tenant, name)

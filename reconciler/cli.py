@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from managers.command import Command, installed_commands
+
 from . import heap
 from .daemon import cli as reconcile
 from .diagnostics import Diagnostic, codes_markdown
@@ -63,6 +65,16 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
         from . import commands
 
         return int(getattr(commands, name)(args))
+
+    return run
+
+
+def _plugin_command(command: Command) -> Callable[[argparse.Namespace], int]:
+    """A command of a plugin, run through commands.py (imported when it runs)."""
+    def run(args: argparse.Namespace) -> int:
+        from . import commands
+
+        return commands.plugin_command(command)(args)
 
     return run
 
@@ -174,18 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo_arguments(network_class)
     network_class.set_defaults(func=_cmd_show_network_class)
 
-    nb = commands_.add_parser(
-        "nb", help="run ovn-nbctl against the repo's OVN Northbound (`unet nb -- show`)",
-        description="Run ovn-nbctl against the Northbound database of the repo's OVN "
-                    "NetworkManager: the embedded one, which unet starts when needed, or "
-                    "its configured remote.")
-    nb.add_argument("--path", type=Path, default=None,
-                    help="the network repo (default: the one the current folder is in)")
-    nb.add_argument("--manager", action="append", metavar="NAME",
-                    help="the OVN NetworkManager, when the repo has several")
-    nb.add_argument("nbctl", nargs=argparse.REMAINDER, metavar="-- ARGS",
-                    help="arguments for ovn-nbctl")
-    nb.set_defaults(func=_command("nb"), max_file_size=DEFAULT_MAX_FILE_BYTES, no_cache=False)
+    for command in installed_commands():
+        added = commands_.add_parser(command.name, help=command.help,
+                                     description=command.description)
+        added.add_argument("--path", type=Path, default=None,
+                           help="the network repo (default: the one the current folder is in)")
+        added.add_argument("--manager", action="append", metavar="NAME",
+                           help="the NetworkManagers to use (default: all of the repo's)")
+        command.arguments(added)
+        added.set_defaults(func=_plugin_command(command), max_file_size=DEFAULT_MAX_FILE_BYTES,
+                           no_cache=False)
 
     completion = commands_.add_parser(
         "completion", help="print the shell completion script (bash, zsh, fish)",

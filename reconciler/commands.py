@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from managers.command import Command
+
 from . import engine
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
 from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from .model import Model
 from .plan import Plan
 from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
 from .plan_render import render_markdown, render_text
 from .planner import invalid_plan, plan_between
+from .plugins import managers_of
 from .progress import Progress
 from .report import (
     display_prefix,
@@ -339,47 +343,18 @@ def show_bindings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# --- nb -------------------------------------------------------------------------------------
+# --- commands of plugins -------------------------------------------------------------------
 
 
-def nb(args: argparse.Namespace) -> int:
-    """ovn-nbctl against the Northbound of the repo's OVN manager: the embedded database
-    (started for the command when no unet run has it up), or the configured remote."""
-    from contextlib import ExitStack
-
-    from managers.ovn import OvnManager
-    from managers.ovn.embedded import EmbeddedNorthbound
-
-    from .model import Model
-    from .plugins import managers_of
-
-    head = _validated_head(args, args.path, None)
-    if head is None:
-        return EXIT_ERROR
-    assert head.context is not None
-    managers = {name: m for name, m in managers_of(Model(head.context), args.manager,
-                                                   resolve=True).items()
-                if isinstance(m, OvnManager)}
-    if len(managers) != 1:
-        which = " named so" if args.manager else ""
-        print(f"unet: the repo has several OVN NetworkManagers ({', '.join(sorted(managers))}):"
-              " name one with --manager" if managers else
-              f"unet: the repo has no OVN NetworkManager{which}", file=sys.stderr)
-        return EXIT_ERROR
-    config = next(iter(managers.values())).config
-    command = args.nbctl[1:] if args.nbctl[:1] == ["--"] else args.nbctl
-    with ExitStack() as stack:
-        remote = config.northbound
-        ssl = [f"--{flag}={value}" for flag, value in (("private-key", config.ssl_key),
-                                                       ("certificate", config.ssl_cert),
-                                                       ("ca-cert", config.ssl_ca_cert))
-               if value]
-        if remote == "embedded":
-            remote = stack.enter_context(EmbeddedNorthbound(args.path.resolve())).remote
-        try:
-            return subprocess.run(["ovn-nbctl", f"--db={remote}", *ssl, *command],
-                                  check=False).returncode
-        except FileNotFoundError:
-            print("unet: ovn-nbctl is not installed (apt-get install ovn-central)",
-                  file=sys.stderr)
+def plugin_command(command: Command) -> Callable[[argparse.Namespace], int]:
+    """`unet <name>` of a plugin: the repo validated, its managers (those of `--manager`)
+    instantiated, then the plugin's own `run`."""
+    def run(args: argparse.Namespace) -> int:
+        head = _validated_head(args, args.path, None)
+        if head is None:
             return EXIT_ERROR
+        assert head.context is not None
+        managers = managers_of(Model(head.context), args.manager, resolve=True)
+        return command.run(args, managers, args.path.resolve())
+
+    return run

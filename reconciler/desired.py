@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from managers.base import Exposure, Manager
+from managers.contract import ClusterManager, Exposure, Manager
 
 from .allocate import Allocations, ParsedHoldings, allocate
 from .model import Model
@@ -102,7 +102,8 @@ def render_desired(validation: Validation, allocated: Mapping[str, Held],
     everyone = managers_of(model)
     model.physical_networks = model.full.physical_networks = {
         name: network for name, manager in everyone.items()
-        if (network := manager.physical_network()) is not None}
+        if isinstance(manager, ClusterManager)
+        and (network := manager.physical_network()) is not None}
     allocations = allocate(model, allocated, new_are_unknown)
     managers = {name: everyone[name] for name in (only if only is not None else everyone)}
     objects: list[BackendObject] = []

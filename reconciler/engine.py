@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from managers.base import ApplyOutcome, Manager, Observation, ProgressFactory, Session
+from managers.contract import ApplyOutcome, Manager, Observation, ProgressFactory, Session
 
 from .desired import Desired, allocation_readers, render_desired
 from .diff import Change, diff

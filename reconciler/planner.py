@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from managers.base import Manager, Observation
+from managers.contract import Manager, Observation
 
 from .allocate import ip_of_port, mac_of_port, port_key, segment_key
 from .desired import Describer, Desired, render_desired

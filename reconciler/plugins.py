@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
-from managers.base import Manager
+from managers.contract import ClusterManager, FabricManager, Manager
 
 from .errors import UnetError
 
@@ -47,8 +47,9 @@ def _discover() -> tuple[dict[str, type[Manager]], dict[str, str]]:
         except Exception as exc:  # a plugin's own bug must not take unet down
             broken[entry.name] = f"{entry.value} does not load: {type(exc).__name__}: {exc}"
             continue
-        if not (isinstance(plugin, type) and issubclass(plugin, Manager)):
-            broken[entry.name] = f"{entry.value} is not a managers.base.Manager"
+        if not (isinstance(plugin, type) and issubclass(plugin, (FabricManager, ClusterManager))):
+            broken[entry.name] = (f"{entry.value} is neither a managers.sdk.FabricManager nor a "
+                                  "ClusterManager")
             continue
         plugins[plugin.name] = plugin
     return plugins, broken

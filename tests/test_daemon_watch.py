@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from managers.ovn import OvnManager
+from managers.ovn.manager import OvnManager
 from reconciler import heap
 from reconciler.cache import inputs_digest
 from reconciler.daemon.loop import Options, Reconciler

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from managers.base import BackendLocked
+from managers.contract import BackendLocked
 from managers.kubernetes import KubernetesConfig, KubernetesManager, live
 from reconciler.cli import main
 
@@ -644,7 +644,7 @@ def test_contract_lease_is_renewed_while_held_and_released(env: Env) -> None:
 def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) -> None:
     """Both managers: the CUDN's VLAN id is the OVN localnet port's tag; an unreachable
     cluster stops the apply of both; the fabric alone is planned with --manager ovn."""
-    from managers.ovn import OvnConfig, OvnManager
+    from managers.ovn.manager import OvnConfig, OvnManager
 
     env.point(**{"hosting-a2": refused_url()})
     code, out, err = env.unet("apply", str(env.repo), "--auto-approve")
@@ -674,7 +674,7 @@ def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) 
 
 def test_contract_kubernetes_alone_reads_the_segments_ovn_allocated(env: Env) -> None:
     """--manager kubernetes alone still takes each subnet's segment id from OVN's row."""
-    from managers.ovn import OvnConfig, OvnManager
+    from managers.ovn.manager import OvnConfig, OvnManager
 
     network = env.repo / "tenants" / "acme" / "network.yaml"
     code, _out, err = env.unet("apply", str(env.repo), "--manager", "ovn", "--auto-approve")

@@ -7,6 +7,7 @@ JSON file in a folder. It is registered the way installing its package registers
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -76,7 +77,8 @@ def installed(tmp_path: Path) -> Path:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: unet-folder-backend\n"
                                    "Version: 0.1.0\n")
     (info / "entry_points.txt").write_text(
-        "[unet.managers]\nfolder = unet_folder_backend:FolderManager\n")
+        "[unet.managers]\nfolder = unet_folder_backend:FolderManager\n\n"
+        "[unet.commands]\nfolder-files = unet_folder_backend:FILES\n")
     return site
 
 
@@ -173,3 +175,36 @@ def test_a_plugin_that_does_not_load_is_named_with_why(installed: Path, work: Pa
     assert "PLUGIN_UNKNOWN" in done.stdout, done.stdout
     assert "is installed, but unet_folder_backend:FolderManager does not load: " \
            "ModuleNotFoundError" in done.stdout, done.stdout
+
+
+def test_a_backend_imports_nothing_of_unet_but_the_sdk() -> None:
+    """managers/sdk.py is all a backend sees of unet: the third-party one and unet's own
+    (each importing its own modules besides)."""
+    root = Path(__file__).parent.parent
+    plugins = {PLUGIN / "unet_folder_backend": "unet_folder_backend",
+               root / "managers" / "ovn": "managers.ovn",
+               root / "managers" / "kubernetes": "managers.kubernetes"}
+    for folder, package in plugins.items():
+        for path in folder.glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    name = node.module
+                elif isinstance(node, ast.Import):
+                    name = node.names[0].name
+                else:
+                    continue
+                if name.split(".")[0] in ("reconciler", "managers"):
+                    assert name in ("managers.sdk", "managers.command") or \
+                        name.startswith(package + "."), f"{path}: imports {name}"
+
+
+def test_a_third_party_backend_adds_its_own_command(installed: Path, work: Path) -> None:
+    assert unet(installed, work, "apply", "repo", "--auto-approve").returncode == 0
+    listed = unet(installed, work, "folder-files", "--path", "repo")
+    assert listed.returncode == 0, listed.stderr
+    assert "files: Logical_Switch" in listed.stdout or "files: " in listed.stdout
+    assert sorted(line.split(": ", 1)[1] for line in listed.stdout.splitlines()) == \
+        sorted(files(work))
+    helped = unet(installed, work, "--help")
+    assert "folder-files" in helped.stdout and "list the files of the repo's folder" \
+        in helped.stdout

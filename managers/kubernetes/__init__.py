@@ -11,30 +11,29 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from managers.base import (
+from managers.sdk import (
+    Allocations,
     ApplyOutcome,
     BackendLocked,
+    BackendObject,
+    Capability,
+    Change,
+    ClusterManager,
     Exposure,
-    Manager,
     ManagerConfig,
+    Manifest,
+    Model,
     Observation,
     ProgressFactory,
     Session,
+    Step,
 )
-from reconciler.models import Capability
 
 if TYPE_CHECKING:
-    from reconciler.allocate import Allocations
-    from reconciler.diff import Change
-    from reconciler.model import Model
-    from reconciler.objects import BackendObject
-    from reconciler.order import Step
-    from reconciler.schema import Manifest
-
     from .live import Cluster, Lease
 
 
@@ -67,9 +66,8 @@ class KubernetesConfig(ManagerConfig):
         return self.tenant_namespace.replace("{tenant}", str(tenant))
 
 
-class KubernetesManager(Manager):
+class KubernetesManager(ClusterManager):
     name: ClassVar[str] = "kubernetes"
-    role: ClassVar[Literal["fabric", "k8s"]] = "k8s"
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {Capability.IPV4, Capability.IPV6, Capability.COMPUTE_INSTANCES}
     )
@@ -108,7 +106,6 @@ class KubernetesManager(Manager):
                  ) -> list[dict[str, Any]]:
         """A VM on one of these clusters attaches to its subnet's network there, asking for
         unet's addresses and MAC; its pod carries the label the policies select."""
-        from reconciler.model import Model
 
         from .render import LABEL_INSTANCE, object_name
 

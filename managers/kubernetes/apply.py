@@ -15,10 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import tenacity
 
-from managers.base import ApplyOutcome, ProgressFactory, each_step
-from reconciler.diff import Action, Change
-from reconciler.objects import BackendObject
-from reconciler.order import Step
+from managers.sdk import (
+    Action,
+    ApplyOutcome,
+    BackendObject,
+    Change,
+    ProgressFactory,
+    Step,
+    each_step,
+)
 
 from .live import (
     KINDS,

@@ -32,9 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import tenacity
 
-from managers.base import WAIT_NOTICE, BackendLocked
-from reconciler.errors import UnetError
-from reconciler.objects import TAG_HASH, BackendObject
+from managers.sdk import TAG_HASH, WAIT_NOTICE, BackendLocked, BackendObject, UnetError
 
 from .render import POLICY_FOR, bindings_configmap
 

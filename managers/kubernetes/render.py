@@ -21,15 +21,28 @@ from typing import TYPE_CHECKING, Any
 
 import netaddr
 
-from managers.base import Exposure
-from reconciler.allocate import Allocations, ip_of_port, port_key, segment_key, vip_key
-from reconciler.bindings import AllocatedValues, binding_key, workload_binding
-from reconciler.check.netutil import network
-from reconciler.errors import UnetError
-from reconciler.model import Model
-from reconciler.models import immutable_values
-from reconciler.objects import TAG_ALLOCATION, TAG_IMMUTABLE, BackendObject, immutable_tag
-from reconciler.schema import Manifest
+from managers.sdk import (
+    TAG_ALLOCATION,
+    TAG_IMMUTABLE,
+    AllocatedValues,
+    Allocations,
+    BackendObject,
+    Exposure,
+    Manifest,
+    Model,
+    UnetError,
+    binding_key,
+    immutable_tag,
+    immutable_values,
+    ip_of_port,
+    port_key,
+    segment_key,
+    vip_key,
+    workload_binding,
+)
+from managers.sdk import (
+    parse_network as network,
+)
 
 if TYPE_CHECKING:
     from . import KubernetesConfig, KubernetesManager

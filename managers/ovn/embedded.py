@@ -18,8 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from reconciler.errors import UnetError
-from reconciler.processes import process_alive
+from managers.sdk import UnetError, process_alive
 
 SCHEMA_CANDIDATES = ("/usr/share/ovn/ovn-nb.ovsschema", "/usr/local/share/ovn/ovn-nb.ovsschema")
 PACKAGES = "ovn-central ovn-common (Debian/Ubuntu: apt-get install ovn-central ovn-common)"

@@ -34,8 +34,7 @@ from typing import Any, TypeVar
 
 import tenacity
 
-from managers.base import BackendLocked
-from reconciler.errors import UnetError
+from managers.sdk import BackendLocked, UnetError
 
 from .rpc import ConnectionLost, Rpc, Unreachable
 

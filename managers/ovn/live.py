@@ -25,16 +25,18 @@ from typing import Any
 
 import ovs.db.schema
 
-from managers.base import ApplyOutcome, Observation, ProgressFactory
-from reconciler.diff import Change
-from reconciler.objects import (
+from managers.sdk import (
     TAG_HASH,
     TAG_INSTALLATION,
     TAG_KEY,
     TAG_OWNER,
+    ApplyOutcome,
     BackendObject,
+    Change,
+    Observation,
+    ProgressFactory,
+    Step,
 )
-from reconciler.order import Step
 
 from .fence import ConcurrentWrite, Fence, Interrupted, LockTimeout, OvnError
 from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS

@@ -15,34 +15,35 @@ from typing import TYPE_CHECKING, Any
 
 import netaddr
 
-from managers.base import Exposure
-from reconciler.allocate import (
-    Allocations,
-    external_key,
-    ip_of_port,
-    mac_of_port,
-    port_key,
-    router_gateway_key,
-    segment_key,
-    vip_key,
-)
-from reconciler.allocate import derived_mac as _derived_mac
-from reconciler.check.netutil import network as parse_network
-from reconciler.check.security import rule_families
-from reconciler.model import Model
-from reconciler.models import attachment_identity, segment_of
-from reconciler.objects import (
+from managers.sdk import (
     TAG_ALLOCATION,
     TAG_IMMUTABLE,
     UNKNOWN,
+    Allocations,
     BackendObject,
+    Exposure,
+    Manifest,
+    Model,
+    attachment_identity,
     content_hash,
+    external_key,
     immutable_tag,
+    ip_of_port,
+    mac_of_port,
+    parse_network,
+    port_key,
+    router_gateway_key,
+    rule_families,
+    segment_key,
+    segment_of,
+    vip_key,
 )
-from reconciler.schema import Manifest
+from managers.sdk import (
+    derived_mac as _derived_mac,
+)
 
 if TYPE_CHECKING:
-    from . import OvnConfig
+    from .manager import OvnConfig
 
 # ACL priorities: the per-network default drop, infrastructure allows above it,
 # security-group rules above both.

@@ -30,14 +30,14 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from managers.base import Watch
-from reconciler.objects import (
+from managers.sdk import (
     TAG_ALLOCATION,
     TAG_INSTALLATION,
     TAG_KEY,
     TAG_OWNER,
     BackendObject,
     Held,
+    Watch,
 )
 
 from .fence import OvnError

@@ -8,6 +8,8 @@ from typing import Any
 import jsonschema
 from pydantic.alias_generators import to_camel
 
+from managers.contract import ClusterManager
+
 from ..models import ADDRESS_FAMILIES, Capability
 from ..plugins import ConfigError, broken_plugins, instantiate
 from ..schema import Manifest
@@ -163,14 +165,15 @@ def require(ctx: Context, manifest: Manifest, path: tuple[str | int, ...],
     return False
 
 
-def plugin_of(ctx: Context, manager_name: str | None) -> Any:
-    """The plugin instance of a NetworkManager, for what only it knows; None when its
-    config cannot tell yet."""
+def cluster_manager_of(ctx: Context, manager_name: str | None) -> ClusterManager | None:
+    """The plugin instance of a k8s NetworkManager, for what only it knows; None when it
+    is not one, or its config cannot tell yet."""
     manager = ctx.get("NetworkManager", None, manager_name)
     plugin = ctx.plugins.get(manager.obj.spec.plugin) if manager is not None else None
     if manager is None or plugin is None or id(manager) in ctx.invalid:
         return None
     try:
-        return instantiate(plugin, manager, "", resolve=False)
+        instance = instantiate(plugin, manager, "", resolve=False)
     except ConfigError:  # e.g. an ${ENV} value, resolved only when running
         return None
+    return instance if isinstance(instance, ClusterManager) else None

@@ -9,7 +9,7 @@ import netaddr
 from ..diagnostics import Diagnostic, json_pointer
 from ..models import Capability
 from ..schema import Manifest
-from .classes import plugin_of, require
+from .classes import cluster_manager_of, require
 from .context import Context, Path_
 from .netutil import address as parse_address
 from .netutil import family_name, is_address, parse_cidr, parse_ip
@@ -300,7 +300,7 @@ def _check_hosting_cluster(ctx: Context, vm: Manifest, class_name: str | None) -
     if cls is None:
         return None  # the class itself is reported
     wanted, manager = vm.obj.spec.hosting_cluster, cls.obj.spec.k8s_manager
-    plugin = plugin_of(ctx, manager) if manager else None
+    plugin = cluster_manager_of(ctx, manager) if manager else None
     if manager and plugin is None:
         return None  # the manager's config is reported, or known only at run time
     clusters = plugin.hosting_clusters() if plugin is not None else ()

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from managers.base import Manager, Observation, Session, Watch
+from managers.contract import Manager, Observation, Session, Watch
 
 from ..cache import inputs_digest
 from ..desired import (

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from managers.base import BackendLocked
+from managers.contract import BackendLocked, FabricManager
 
 from .. import heap
 from ..errors import EXIT_OK, RunFailed, UnetError
@@ -308,7 +308,8 @@ class Reconciler:
 
         assert self.election is not None and head.context is not None
         managers = managers_of(Model(head.context), self.options.managers, resolve=True)
-        fabric = [name for name in sorted(managers) if managers[name].role == "fabric"]
+        fabric = [name for name in sorted(managers)
+                  if isinstance(managers[name], FabricManager)]
         return self.election.join(managers[(fabric or sorted(managers))[0]])
 
     def _gate(self, plan: Any, run: Run) -> Any:

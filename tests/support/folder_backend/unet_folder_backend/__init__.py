@@ -13,45 +13,48 @@ an fcntl lock on `.lock` in the folder; the digest of what was applied is `.appl
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from pydantic import Field
 
-from managers.base import (
+from managers.sdk import (
     WAIT_NOTICE,
+    Action,
+    Allocations,
     ApplyOutcome,
     BackendLocked,
+    BackendObject,
+    Capability,
+    Change,
+    Command,
     Exposure,
+    FabricManager,
     Manager,
     ManagerConfig,
+    Model,
     Observation,
     ProgressFactory,
     Session,
+    Step,
     each_step,
 )
-from reconciler.allocate import Allocations
-from reconciler.diff import Action, Change
-from reconciler.model import Model
-from reconciler.models import Capability
-from reconciler.objects import BackendObject
-from reconciler.order import Step
 
 
 class FolderConfig(ManagerConfig):
     folder: str = Field(min_length=1, description="The folder that holds the objects")
 
 
-class FolderManager(Manager):
+class FolderManager(FabricManager):
     name: ClassVar[str] = "folder"
-    role: ClassVar[Literal["fabric", "k8s"]] = "fabric"
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IPV4,
                                                                Capability.IPV6})
     Config: ClassVar[type[FolderConfig]] = FolderConfig
@@ -164,3 +167,18 @@ class FolderSession(Session):
 
 def _file(key: str) -> str:
     return key.replace("/", ".") + ".json"
+
+
+def _list_files(args: argparse.Namespace, managers: Mapping[str, Manager], repo: Path) -> int:
+    """`unet folder-files`: each file of the repo's folder managers, one a line."""
+    for name, manager in sorted(managers.items()):
+        if isinstance(manager, FolderManager):
+            folder = repo / manager.config.folder
+            for path in sorted(folder.glob("*.json")):
+                print(f"{name}: {path.name}")
+    return 0
+
+
+FILES = Command("folder-files", help="list the files of the repo's folder backends",
+                description="Each file the folder managers of the repo hold, one a line.",
+                arguments=lambda parser: None, run=_list_files)

@@ -1,11 +1,14 @@
-"""The backend contract (ARCHITECTURE.md, "Managers").
+"""The backend contract (ARCHITECTURE.md, "Managers"); plugins see it through
+managers/sdk.py, the core imports it from here.
 
-A plugin is a `Manager` class registered under the entry-point group `unet.managers` and
-instantiated once per NetworkManager of a repo. A Manager is pure: its typed config, the
-backend objects it renders, and how people read them. `connect()` opens a `Session` to its
-backend: the session takes the lock, observes, applies and records what it applied. What a
-session observes comes back as an `Observation`, which the run hands to `apply()` again, so
-no state hides in the plugin and no call depends on another having been made first.
+A plugin is a `FabricManager` or `ClusterManager` class registered under the entry-point
+group `unet.managers` and instantiated once per NetworkManager of a repo. A Manager is
+pure: its typed config, the backend objects it renders, and how people read them.
+`connect()` opens a `Session` to its backend: the session takes the lock, observes,
+applies and records what it applied. What a session observes comes back as an
+`Observation`, which the run hands to `apply()` again, so no state hides in the plugin and
+no call depends on another having been made first. A plugin may add commands of its own
+to the command line (managers/command.py).
 """
 
 from __future__ import annotations
@@ -185,7 +188,8 @@ class Session:
 
 
 class Manager:
-    """Base of manager plugins: one instance per NetworkManager that uses the plugin."""
+    """Base of manager plugins: one instance per NetworkManager that uses the plugin. A
+    plugin subclasses FabricManager or ClusterManager, which say its role."""
 
     name: ClassVar[str]
     role: ClassVar[Literal["fabric", "k8s"]]
@@ -223,28 +227,41 @@ class Manager:
         outside its network; None: nothing."""
         return None
 
-    def physical_network(self) -> str | None:
-        """The physical network a k8s manager's hosting clusters bridge subnets onto (the
-        fabric gives each subnet a port there), if it has one."""
-        return None
-
-    def hosting_clusters(self) -> tuple[str, ...]:
-        """The hosting clusters a k8s manager runs VMs on (`ComputeInstance.spec.hostingCluster`
-        names one of them)."""
-        return ()
-
-    def unrealisable(self, rule: Any) -> str | None:
-        """Why a k8s manager cannot realise a security-group rule for VMs on its hosting
-        clusters, if it cannot (reported as POLICY_RULE_NOT_REALISED)."""
-        return None
-
-    def bindings(self, workload: Manifest, index: int, binding: Mapping[str, Any]
-                 ) -> list[dict[str, Any]]:
-        """What a workload's attachment `index` needs on this k8s manager's clusters to bind
-        (`binding`: its addresses as bindings.py found them), one entry per cluster."""
-        return []
-
     def connect(self, workdir: Path) -> AbstractContextManager[Session]:
         """Open a session to the backend (`workdir` holds local state, e.g. an embedded
         server)."""
         raise NotImplementedError
+
+
+class FabricManager(Manager):
+    """A fabric: virtual networks, subnets, security groups, external IPs and NAT, and the
+    ports of workloads on it (OVN). It allocates and records what the repo needs."""
+
+    role: ClassVar[Literal["fabric", "k8s"]] = "fabric"
+
+
+class ClusterManager(Manager):
+    """Hosting clusters: bridges a fabric's subnets to the VMs they run (Kubernetes)."""
+
+    role: ClassVar[Literal["fabric", "k8s"]] = "k8s"
+
+    def physical_network(self) -> str | None:
+        """The physical network the hosting clusters bridge subnets onto (the fabric gives
+        each subnet a port there), if it has one."""
+        return None
+
+    def hosting_clusters(self) -> tuple[str, ...]:
+        """The hosting clusters it runs VMs on (`ComputeInstance.spec.hostingCluster` names
+        one of them)."""
+        return ()
+
+    def unrealisable(self, rule: Any) -> str | None:
+        """Why it cannot realise a security-group rule for VMs on its hosting clusters, if
+        it cannot (reported as POLICY_RULE_NOT_REALISED)."""
+        return None
+
+    def bindings(self, workload: Manifest, index: int, binding: Mapping[str, Any]
+                 ) -> list[dict[str, Any]]:
+        """What a workload's attachment `index` needs on its clusters to bind (`binding`:
+        its addresses as bindings.py found them), one entry per cluster."""
+        return []

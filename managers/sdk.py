@@ -1,0 +1,73 @@
+"""Everything a manager plugin imports of unet: the only module a backend needs.
+
+The contract (contract.py): FabricManager or ClusterManager to subclass, ManagerConfig for
+its typed config, Session, Observation, ApplyOutcome and Watch, Command for commands of its
+own. And what the core hands a plugin to render and apply with: the validated Model and
+the manifests in it, the allocations and their keys, backend objects with their tags, the
+changes and steps of a plan. docs/plugins.md says how they fit together; a plugin that
+imports only from here keeps working while the core's modules move.
+"""
+
+from managers.command import Command
+from managers.contract import (
+    WAIT_NOTICE,
+    ApplyOutcome,
+    BackendLocked,
+    ClusterManager,
+    Exposure,
+    FabricManager,
+    Manager,
+    ManagerConfig,
+    Observation,
+    ProgressFactory,
+    Session,
+    Watch,
+    each_step,
+)
+from reconciler.allocate import (
+    Allocations,
+    derived_mac,
+    external_key,
+    ip_of_port,
+    mac_of_port,
+    port_key,
+    router_gateway_key,
+    segment_key,
+    vip_key,
+)
+from reconciler.bindings import AllocatedValues, binding_key, workload_binding
+from reconciler.check.netutil import network as parse_network
+from reconciler.check.security import rule_families
+from reconciler.diff import Action, Change, FieldChange
+from reconciler.errors import UnetError
+from reconciler.model import Model
+from reconciler.models import Capability, attachment_identity, immutable_values, segment_of
+from reconciler.objects import (
+    TAG_ALLOCATION,
+    TAG_HASH,
+    TAG_IMMUTABLE,
+    TAG_INSTALLATION,
+    TAG_KEY,
+    TAG_OWNER,
+    TAG_PROTECTED,
+    UNKNOWN,
+    BackendObject,
+    Held,
+    content_hash,
+    immutable_tag,
+)
+from reconciler.order import Step
+from reconciler.processes import process_alive
+from reconciler.schema import Manifest
+
+__all__ = [
+    "TAG_ALLOCATION", "TAG_HASH", "TAG_IMMUTABLE", "TAG_INSTALLATION", "TAG_KEY", "TAG_OWNER",
+    "TAG_PROTECTED", "UNKNOWN", "WAIT_NOTICE", "Action", "AllocatedValues", "Allocations",
+    "ApplyOutcome", "BackendLocked", "BackendObject", "Capability", "Change", "ClusterManager",
+    "Command", "Exposure", "FabricManager", "FieldChange", "Held", "Manager", "ManagerConfig",
+    "Manifest", "Model", "Observation", "ProgressFactory", "Session", "Step", "UnetError",
+    "Watch", "attachment_identity", "binding_key", "content_hash", "derived_mac",
+    "each_step", "external_key", "immutable_tag", "immutable_values", "ip_of_port",
+    "mac_of_port", "parse_network", "port_key", "process_alive", "router_gateway_key",
+    "rule_families", "segment_key", "segment_of", "vip_key", "workload_binding",
+]
