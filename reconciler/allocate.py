@@ -26,7 +26,7 @@ from .check.context import AddressSpace
 from .check.netutil import address as parse_address
 from .load import Path_
 from .model import Model
-from .models import segment_of
+from .models import Family, segment_of
 from .objects import UNKNOWN, Held
 from .schema import Manifest
 
@@ -279,16 +279,15 @@ class _Allocator:
         held = self.held.addresses(subnet, version, space)
         reserved = space.reserved - space.kept_if_held  # what no held allocation keeps
         taken = set(reserved)
-        fixed_field = "ip_address" if version == 4 else "ipv6_address"
+        family = Family(version)
         claims: list[tuple[str, str, Manifest, Path_]] = []
         wanted: list[str] = []
         for port, index, workload, attachment in attachments:
-            fixed = getattr(attachment, fixed_field)
+            fixed = getattr(attachment, family.address_attr)
             key = ip_of_port(port, version)
             if fixed is not None:
                 claims.append((key, fixed, workload, ("spec", "networkAttachments", index,
-                                                      "ipAddress" if version == 4
-                                                      else "ipv6Address")))
+                                                      family.address_field)))
             else:
                 wanted.append(key)
         vip_keys: list[str] = []

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..diagnostics import Diagnostic, json_pointer
-from ..models import Capability, first_subnet
+from ..models import Capability, Family, first_subnet
 from ..schema import Manifest
 from .classes import require
 from .context import Context, Path_
-from .netutil import family_name, family_of, parse_ip
+from .netutil import family_of, parse_ip
 
 
 def check_external_ips(ctx: Context) -> None:
@@ -140,10 +140,10 @@ def _check_nat_family(ctx: Context, gateway: Manifest, eip: Manifest | None,
     an IPv6 one): the network must have one."""
     version = _family(ctx, eip)
     if eip is None or version is None or \
-            getattr(vn.obj.spec, f"ipv{version}_cidr") is not None or \
-            ctx.rejected(vn, ("spec", f"ipv{version}Cidr")):  # reported at the network
+            Family(version).cidr_of(vn.obj.spec) is not None or \
+            ctx.rejected(vn, ("spec", Family(version).cidr_field)):  # reported at the network
         return
-    family = family_name(version)
+    family = Family(version).label
     ctx.report("NAT_GATEWAY_FAMILY_MISSING", gateway, ("spec", "externalIP"),
                f"NATGateway '{gateway.name}' cannot translate {family} ExternalIP "
                f"'{eip.name}': VirtualNetwork '{vn.name}' has no {family} CIDR",
@@ -182,7 +182,7 @@ def _check_reachable(ctx: Context, attachment: Manifest, workload: Manifest,
     NAT64), behind the router: its primary subnet needs a CIDR and a gateway of that
     family, and a Cluster's VIP (in its only subnet) must be of that family."""
     version = _family(ctx, eip) or 4
-    family = family_name(version)
+    family = Family(version).label
     attachments = workload.obj.spec.network_attachments
     primary = next((a for a in attachments if a.primary), attachments[0])
     spaces = ctx.subnets.get((attachment.tenant, primary.subnet))
@@ -198,7 +198,7 @@ def _check_reachable(ctx: Context, attachment: Manifest, workload: Manifest,
     elif space.gateway is None:
         why = f"its subnet '{primary.subnet}' has no {family} gateway"
     elif vip is not None and vip != version:
-        why = f"its {endpoint} VIP is {family_name(vip)}"
+        why = f"its {endpoint} VIP is {Family(vip).label}"
     else:
         return
     where = f"at {family} ExternalIP '{eip.name}'" if eip is not None else "from outside"
@@ -222,9 +222,9 @@ def _rejected_family(ctx: Context, tenant: str | None, subnet_name: str | None,
     """Whether a check rejected the subnet's CIDR or gateway of `version` (so it has no
     space of that family)."""
     subnet = ctx.get("Subnet", tenant, subnet_name)
-    fields = (("spec", "ipv4Cidr"), ("spec", "gateway")) if version == 4 else \
-        (("spec", "ipv6Cidr"), ("spec", "ipv6Gateway"))
-    return subnet is not None and ctx.rejected(subnet, *fields)
+    family = Family(version)
+    return subnet is not None and ctx.rejected(
+        subnet, ("spec", family.cidr_field), ("spec", family.gateway_field))
 
 
 def _pending(attachment: Manifest) -> Diagnostic:

@@ -7,6 +7,7 @@ from typing import TypeVar
 
 import netaddr
 
+from ..models import Family
 from ..schema import Manifest
 from .context import Context, Path_
 
@@ -26,10 +27,6 @@ _RESERVED = [
         ("ff00::/8", "multicast"),
     )
 ]
-
-
-def family_name(version: int) -> str:
-    return "IPv4" if version == 4 else "IPv6"
 
 
 def family_of(text: str) -> int:
@@ -78,8 +75,8 @@ def parse_cidr(
         return None
     if version is not None and net.version != version:
         ctx.report("CIDR_INVALID", manifest, path,
-                   f"'{text}' is an {family_name(net.version)} CIDR; this field takes "
-                   f"{family_name(version)}")
+                   f"'{text}' is an {Family(net.version).label} CIDR; this field takes "
+                   f"{Family(version).label}")
         return None
     if net.ip != net.network:
         ctx.report("CIDR_NOT_CANONICAL", manifest, path,
@@ -110,8 +107,8 @@ def parse_ip(
         return None
     if version is not None and ip.version != version:
         ctx.report(code, manifest, path,
-                   f"'{text}' is an {family_name(ip.version)} address; "
-                   f"{family_name(version)} expected")
+                   f"'{text}' is an {Family(ip.version).label} address; "
+                   f"{Family(version).label} expected")
         return None
     return ip
 

@@ -8,13 +8,12 @@ from typing import Any
 
 import netaddr
 
-from ..models import Capability
+from ..models import Capability, Family
 from ..schema import Manifest
 from .classes import class_of_network, require
 from .context import AddressSpace, Context, Path_
 from .netutil import address as parse_address
 from .netutil import (
-    family_name,
     first_host,
     is_address,
     overlaps,
@@ -22,8 +21,6 @@ from .netutil import (
     parse_ip,
     reserved_ends,
 )
-
-_FAMILY_FIELDS = ((4, "ipv4Cidr", "ipv4_cidr"), (6, "ipv6Cidr", "ipv6_cidr"))
 
 
 def check_tenants(ctx: Context) -> dict[str, list[netaddr.IPNetwork]]:
@@ -107,8 +104,7 @@ def check_pools_against_networks(ctx: Context) -> None:
 
 def _report_pool_overlap(ctx: Context, pool: Manifest, vn_family: tuple[Manifest, int]) -> None:
     vn, version = vn_family
-    field = "ipv4Cidr" if version == 4 else "ipv6Cidr"
-    ctx.report("POOL_OVERLAP", vn, ("spec", field),
+    ctx.report("POOL_OVERLAP", vn, ("spec", Family(version).cidr_field),
                f"{ctx.networks[(vn.tenant, vn.name)][version]} overlaps ExternalIPPool "
                f"'{pool.name}' ({pool.obj.spec.cidr}) of region {vn.obj.spec.region}",
                "choose a CIDR outside the region's external pools")
@@ -130,16 +126,16 @@ def check_networks(ctx: Context, allowed: dict[str, list[netaddr.IPNetwork]]) ->
         if spec.ipv4_cidr is None and spec.ipv6_cidr is None:
             ctx.report("SCHEMA_REQUIRED", vn, ("spec",),
                        "a VirtualNetwork needs ipv4Cidr, ipv6Cidr or both")
-        for version, field, attr in _FAMILY_FIELDS:
-            text = getattr(spec, attr)
+        for family in Family:
+            text, field = family.cidr_of(spec), family.cidr_field
             if text is None:
                 continue
-            net = parse_cidr(ctx, vn, ("spec", field), text, version)
+            net = parse_cidr(ctx, vn, ("spec", field), text, family)
             if net is None:
                 continue
-            nets[version] = net
-            require(ctx, vn, ("spec", field), class_name, Capability(family_name(version)),
-                    f"an {family_name(version)} VirtualNetwork")
+            nets[family] = net
+            require(ctx, vn, ("spec", field), class_name, family.capability,
+                    f"an {family.label} VirtualNetwork")
             permitted = allowed.get(vn.tenant or "", [])
             if tenant is not None and not any(
                 net.version == ok.version and net in ok for ok in permitted
@@ -185,7 +181,7 @@ def check_subnets(ctx: Context) -> None:
                     "a subnet with dhcp: true")
         _check_segment_options(ctx, subnet, spaces)
     for (_tenant, _vn, version), members in by_network.items():
-        field = "ipv4Cidr" if version == 4 else "ipv6Cidr"
+        field = Family(version).cidr_field
         for earlier, later in overlaps(members):
             mine, theirs = (ctx.subnets[(m.tenant, m.name)][version].net for m in (later, earlier))
             ctx.report("SUBNET_OVERLAP", later, ("spec", field),
@@ -206,7 +202,7 @@ def _subnet_spaces(ctx: Context, subnet: Manifest, vn: Manifest,
             ctx.reject_quietly(subnet, ("spec", field))  # the network's CIDR is reported
             return False
         where = f"inside {parent}" if parent is not None else \
-            f"an {family_name(version)} CIDR on VirtualNetwork '{vn.name}' first"
+            f"an {Family(version).label} CIDR on VirtualNetwork '{vn.name}' first"
         ctx.report("SUBNET_OUTSIDE_NETWORK", subnet, ("spec", field),
                    f"{net} is not inside VirtualNetwork '{vn.name}'",
                    f"choose a CIDR {where}" if parent is not None else f"declare {where}")
@@ -226,15 +222,14 @@ def _segment_spaces(ctx: Context, segment: Manifest, what: str,
                    f"{what} needs ipv4Cidr, ipv6Cidr or both")
         return {}
     spaces: dict[int, AddressSpace] = {}
-    for version, field, attr in _FAMILY_FIELDS:
-        text = getattr(spec, attr)
+    for version in Family:
+        text, field = version.cidr_of(spec), version.cidr_field
         if text is None:
             continue
         net = parse_cidr(ctx, segment, ("spec", field), text, version)
         if net is None or not accept(version, field, net):
             continue
-        gateway_field, gateway_attr = (("gateway", "gateway") if version == 4
-                                       else ("ipv6Gateway", "ipv6_gateway"))
+        gateway_field, gateway_attr = version.gateway_field, version.gateway_attr
         gateway_text = getattr(spec, gateway_attr, None)
         # `gateway: null`, as opposed to leaving it out: no gateway at all
         no_gateway = gateway_text is None and (
@@ -260,7 +255,7 @@ def _segment_spaces(ctx: Context, segment: Manifest, what: str,
                                                 "for VIPs)" if version == 4 and vip_prefix else ""))
             continue
         spaces[version] = space
-    declared = {version for version, _field, attr in _FAMILY_FIELDS if getattr(spec, attr)}
+    declared = {family for family in Family if family.cidr_of(spec)}
     for index, item in enumerate(spec.allocation_ranges or ()):
         if _version_of(item.start) not in declared:
             ctx.report("RANGE_INVALID", segment, ("spec", "allocationRanges", index),
@@ -331,8 +326,7 @@ def _check_against_pools(ctx: Context, network: Manifest,
             if pool.obj.spec.region == network.obj.spec.region and other is not None \
                     and other.net.version == version \
                     and (space.net in other.net or other.net in space.net):
-                field = "ipv4Cidr" if version == 4 else "ipv6Cidr"
-                ctx.report("POOL_OVERLAP", network, ("spec", field),
+                ctx.report("POOL_OVERLAP", network, ("spec", Family(version).cidr_field),
                            f"{space.net} overlaps ExternalIPPool '{pool.name}' ({other.net}) of "
                            f"region {network.obj.spec.region}",
                            "choose a CIDR outside the region's external pools")

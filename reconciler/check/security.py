@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import Capability
+from ..models import Capability, Family
 from ..schema import Manifest
 from .classes import require
 from .context import Context, Path_
@@ -147,8 +147,8 @@ def _rejected_families(ctx: Context, tenant: str | None, vn_name: str) -> set[in
     """Families whose CIDR the VirtualNetwork has rejected: it may have them, for all a rule
     can tell (the CIDR's error is reported)."""
     vn = ctx.get("VirtualNetwork", tenant, vn_name)
-    return {version for version, field in ((4, "ipv4Cidr"), (6, "ipv6Cidr"))
-            if vn is not None and ctx.rejected(vn, ("spec", field))}
+    return {family for family in Family
+            if vn is not None and ctx.rejected(vn, ("spec", family.cidr_field))}
 
 
 def resolve_group(ctx: Context, manifest: Manifest, path: Path_, name: str,

@@ -7,12 +7,12 @@ from typing import Any
 import netaddr
 
 from ..diagnostics import Diagnostic, json_pointer
-from ..models import Capability
+from ..models import Capability, Family
 from ..schema import Manifest
 from .classes import cluster_manager_of, require
 from .context import Context, Path_
 from .netutil import address as parse_address
-from .netutil import family_name, is_address, parse_cidr, parse_ip
+from .netutil import is_address, parse_cidr, parse_ip
 from .security import resolve_group
 
 _CAPABILITY = {
@@ -120,11 +120,11 @@ def _check_port(ctx: Context, workload: Manifest, path: Path_, attachment: Any,
     """An attachment's groups (of the workload's network) and its fixed values."""
     for g_index, group in enumerate(attachment.security_groups):
         resolve_group(ctx, workload, (*path, "securityGroups", g_index), group, vn_name)
-    for version, field in ((4, "ipAddress"), (6, "ipv6Address")):
-        text = attachment.ip_address if version == 4 else attachment.ipv6_address
+    for version in Family:
+        text = getattr(attachment, version.address_attr)
         if text is not None:
-            _claim_address(ctx, workload, (*path, field), text, version, segment, claims,
-                           is_vip=False)
+            _claim_address(ctx, workload, (*path, version.address_field), text, version,
+                           segment, claims, is_vip=False)
     if attachment.mac_address is not None:
         _claim_mac(ctx, workload, (*path, "macAddress"), attachment.mac_address, segment,
                    claims)
@@ -169,11 +169,11 @@ def _provider_fixed_values_allowed(ctx: Context, workload: Manifest, path: Path_
         ok = False
     spaces = ctx.subnets.get((None, network.name), {})
     own = ctx.networks.get((vn.tenant, vn.name), {})
-    for version, field in ((4, "ipAddress"), (6, "ipv6Address")):
-        text = attachment.ip_address if version == 4 else attachment.ipv6_address
+    for version in Family:
+        text, field = getattr(attachment, version.address_attr), version.address_field
         space = spaces.get(version)
         if text is not None and space is not None and version not in own:
-            family = family_name(version)
+            family = version.label
             ctx.report("ADDRESS_INVALID", workload, (*path, field),
                        f"VirtualNetwork '{vn.name}' has no {family} CIDR: the workload gets no "
                        f"{family} address on ProviderNetwork '{network.name}'",
@@ -231,7 +231,7 @@ def _provider_attachment_problem(ctx: Context, workload: Manifest, index: int,
                     f"VirtualNetwork '{vn.name}' ({own})",
                     "a workload cannot route to two networks with the same addresses")
     if spaces and own_nets and not spaces.keys() & own_nets.keys():
-        families = " and ".join(family_name(v) for v in sorted(own_nets))
+        families = " and ".join(Family(v).label for v in sorted(own_nets))
         return (f"ProviderNetwork '{network.name}' has no address family of VirtualNetwork "
                 f"'{vn.name}' ({families})", "a port on it has only the families of the "
                 "workload's own network, whose groups filter it: attach a provider network "
@@ -248,9 +248,9 @@ def _claim_address(ctx: Context, workload: Manifest, path: Path_, text: str, ver
     space = ctx.subnets.get((segment.tenant, segment.name), {}).get(version)
     what = f"{'subnet' if segment.kind == 'Subnet' else 'provider network'} '{segment.name}'"
     if space is None:
-        if (segment.obj.spec.ipv4_cidr if version == 4 else segment.obj.spec.ipv6_cidr) is None:
+        if Family(version).cidr_of(segment.obj.spec) is None:
             ctx.report("ADDRESS_INVALID", workload, path,
-                       f"{what} has no {family_name(version)} CIDR")
+                       f"{what} has no {Family(version).label} CIDR")
         return
     value = int(ip)
     problem = None
