@@ -37,11 +37,18 @@ from reconciler.allocate import (
 )
 from reconciler.bindings import AllocatedValues, binding_key, workload_binding
 from reconciler.check.netutil import network as parse_network
-from reconciler.check.security import rule_families
 from reconciler.diff import Action, Change, FieldChange
 from reconciler.errors import UnetError
 from reconciler.model import Model
-from reconciler.models import Capability, attachment_identity, immutable_values, segment_of
+from reconciler.models import (
+    Capability,
+    Family,
+    attachment_identity,
+    immutable_values,
+    port_identity,
+    protocol_families,
+    segment_of,
+)
 from reconciler.objects import (
     TAG_ALLOCATION,
     TAG_HASH,
@@ -61,13 +68,58 @@ from reconciler.processes import process_alive
 from reconciler.schema import Manifest
 
 __all__ = [
-    "TAG_ALLOCATION", "TAG_HASH", "TAG_IMMUTABLE", "TAG_INSTALLATION", "TAG_KEY", "TAG_OWNER",
-    "TAG_PROTECTED", "UNKNOWN", "WAIT_NOTICE", "Action", "AllocatedValues", "Allocations",
-    "ApplyOutcome", "BackendLocked", "BackendObject", "Capability", "Change", "ClusterManager",
-    "Command", "Exposure", "FabricManager", "FieldChange", "Held", "Manager", "ManagerConfig",
-    "Manifest", "Model", "Observation", "ProgressFactory", "Session", "Step", "UnetError",
-    "Watch", "attachment_identity", "binding_key", "content_hash", "derived_mac",
-    "each_step", "external_key", "immutable_tag", "immutable_values", "ip_of_port",
-    "mac_of_port", "parse_network", "port_key", "process_alive", "router_gateway_key",
-    "rule_families", "segment_key", "segment_of", "vip_key", "workload_binding",
+    "TAG_ALLOCATION",
+    "TAG_HASH",
+    "TAG_IMMUTABLE",
+    "TAG_INSTALLATION",
+    "TAG_KEY",
+    "TAG_OWNER",
+    "TAG_PROTECTED",
+    "UNKNOWN",
+    "WAIT_NOTICE",
+    "Action",
+    "AllocatedValues",
+    "Allocations",
+    "ApplyOutcome",
+    "BackendLocked",
+    "BackendObject",
+    "Capability",
+    "Change",
+    "ClusterManager",
+    "Command",
+    "Exposure",
+    "FabricManager",
+    "Family",
+    "FieldChange",
+    "Held",
+    "Manager",
+    "ManagerConfig",
+    "Manifest",
+    "Model",
+    "Observation",
+    "ProgressFactory",
+    "Session",
+    "Step",
+    "UnetError",
+    "Watch",
+    "attachment_identity",
+    "binding_key",
+    "content_hash",
+    "derived_mac",
+    "each_step",
+    "external_key",
+    "immutable_tag",
+    "immutable_values",
+    "ip_of_port",
+    "mac_of_port",
+    "parse_network",
+    "port_identity",
+    "port_key",
+    "process_alive",
+    "protocol_families",
+    "router_gateway_key",
+    "segment_key",
+    "segment_of",
+    "vip_key",
+    "workload_binding",
 ]

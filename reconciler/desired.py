@@ -165,6 +165,8 @@ def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
                 **({TAG_IMMUTABLE_FIELDS: immutable_fields_tag(values)} if values else {}),
                 **({TAG_PROTECTED: "true"} if owner.obj.prevent_destroy else {})}
         meta = {**tags[obj.owner], **obj.meta}
+        if obj.identity is not None:
+            meta[TAG_IMMUTABLE] = immutable_tag(obj.identity)
         out.append(BackendObject(obj.manager, obj.table, obj.key, obj.owner, obj.fields,
                                  obj.refs, obj.parent, obj.unknown, meta,
                                  immutable_fields=obj.immutable_fields))

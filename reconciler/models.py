@@ -417,6 +417,20 @@ class Rule(_Model):
         default=None, description="The ports that use this group of the same VirtualNetwork"
     )
 
+    @property
+    def families(self) -> frozenset[Family]:
+        """The address families its protocol can match."""
+        return protocol_families(self.protocol, self.icmp_type)
+
+
+def protocol_families(protocol: str, icmp_type: int | None) -> frozenset[Family]:
+    """The address families a rule's protocol can match: ICMP types are per family."""
+    if protocol == "icmpv6":
+        return frozenset({Family.V6})
+    if protocol == "icmp" and icmp_type is not None:
+        return frozenset({Family.V4})
+    return frozenset(Family)
+
 
 class SecurityGroupSpec(_Model):
     virtual_network: Name
@@ -528,6 +542,15 @@ def attachment_identity(attachment: NetworkAttachment) -> list[Any]:
     where = attachment.subnet if attachment.provider_network is None \
         else f"ProviderNetwork/{attachment.provider_network}"
     return [where, attachment.ip_address, attachment.ipv6_address, attachment.mac_address]
+
+
+def port_identity(attachments: list[NetworkAttachment]) -> Any:
+    """What a workload's ports stand for, which their immutable tag hashes (OSAC: a
+    workload's attachments are immutable once it exists; adding, removing or reordering
+    one recreates every port of the workload, while its groups stay mutable). One
+    attachment keeps the identity it always had, so upgrading recreates no such port."""
+    identities = [attachment_identity(a) for a in attachments]
+    return identities[0] if len(identities) == 1 else identities
 
 
 def first_subnet(attachments: list[NetworkAttachment]) -> str | None:

@@ -86,6 +86,10 @@ class BackendObject:
     # Desired only: fields the backend cannot change in place (a change replaces the
     # object), as paths under `fields`, e.g. "spec.network" of a ClusterUserDefinedNetwork.
     immutable_fields: tuple[str, ...] = field(default=(), compare=False)
+    # Desired only: what the object stands for when that is not its owner's immutable
+    # fields as a whole (a workload's port: its attachments), whose change replaces it.
+    # Stamped as TAG_IMMUTABLE with the owner's tags (desired.py), as the owner's are.
+    identity: Any = field(default=None, compare=False)
     _hash: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
 
     @property

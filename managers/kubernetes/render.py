@@ -23,7 +23,6 @@ import netaddr
 
 from managers.sdk import (
     TAG_ALLOCATION,
-    TAG_IMMUTABLE,
     AllocatedValues,
     Allocations,
     BackendObject,
@@ -32,7 +31,6 @@ from managers.sdk import (
     Model,
     UnetError,
     binding_key,
-    immutable_tag,
     immutable_values,
     ip_of_port,
     port_key,
@@ -144,8 +142,9 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
         else:
             meta[TAG_ALLOCATION + segment_key(subnet.tenant, subnet.name)] = segment.value
     network = {"topology": "Localnet", "localnet": localnet}
-    meta[TAG_IMMUTABLE] = immutable_tag({"owner": immutable_values(subnet.obj),
-                                        "network": network})
+    # Its network's attachment to the physical network cannot change in place either: a
+    # change of it replaces the object, as one of the subnet's immutable fields does.
+    identity = {"owner": immutable_values(subnet.obj), "network": network}
     selector = {config.namespace_label: str(subnet.tenant),
                 NAMESPACE_NAME: config.namespace_of(subnet.tenant)}
     objects = [BackendObject(manager, "ClusterUserDefinedNetwork",
@@ -154,7 +153,7 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
         "kind": "ClusterUserDefinedNetwork",
         "metadata": {"name": name},
         "spec": {"namespaceSelector": {"matchLabels": selector}, "network": network},
-    }, unknown=unknown, meta=meta, immutable_fields=("spec.network",))]
+    }, unknown=unknown, meta=meta, immutable_fields=("spec.network",), identity=identity)]
     block = spaces[4].vip_block if 4 in spaces else None
     if block is not None:
         objects += _metallb(manager, config, cluster, subnet, name, block)

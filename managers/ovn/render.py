@@ -17,23 +17,21 @@ import netaddr
 
 from managers.sdk import (
     TAG_ALLOCATION,
-    TAG_IMMUTABLE,
     UNKNOWN,
     Allocations,
     BackendObject,
     Exposure,
     Manifest,
     Model,
-    attachment_identity,
     content_hash,
     external_key,
-    immutable_tag,
     ip_of_port,
     mac_of_port,
     parse_network,
+    port_identity,
     port_key,
+    protocol_families,
     router_gateway_key,
-    rule_families,
     segment_key,
     segment_of,
     vip_key,
@@ -108,9 +106,10 @@ class _Out:
     def add(self, table: str, row_key: str, owner: str, fields: dict[str, Any],
             refs: dict[str, tuple[str, ...]] | None = None,
             parent: tuple[str, str] | None = None, unknown: frozenset[str] = frozenset(),
-            meta: dict[str, str] | None = None) -> None:
+            meta: dict[str, str] | None = None, identity: Any = None) -> None:
         self.rows.append(BackendObject(self.manager, table, row_key, owner, fields,
-                                       refs or {}, parent, unknown, meta or {}))
+                                       refs or {}, parent, unknown, meta or {},
+                                       identity=identity))
 
 
 def render(model: Model, allocations: Allocations, manager: str,
@@ -485,20 +484,15 @@ class _Renderer:
         vip_keys = [vip_key(t, workload.name, e) for e in ("api", "ingress")] \
             if workload.kind == "Cluster" else []
         attachments = workload.obj.spec.network_attachments
-        # OSAC: a workload's attachments are immutable once it exists; adding, removing or
-        # reordering one recreates every port of the workload (its groups stay mutable).
-        # One attachment keeps the tag it always had: upgrading recreates no such port.
-        identities = [attachment_identity(a) for a in attachments]
-        identity = immutable_tag(identities[0] if len(identities) == 1 else identities)
+        identity = port_identity(attachments)
         for index, attachment in enumerate(attachments):
             port = port_key(workload, index)
             segment = segment_of(t, attachment)
             spaces = self.model.port_spaces(workload, attachment)
             # A cluster's VIPs come from its first subnet: recorded there, so they are
             # held in that subnet only.
-            meta = {TAG_IMMUTABLE: identity, **self.recorded(
-                mac_of_port(port), *(ip_of_port(port, v) for v in sorted(spaces)),
-                *(vip_keys if index == 0 else ()))}
+            meta = self.recorded(mac_of_port(port), *(ip_of_port(port, v) for v in sorted(spaces)),
+                                 *(vip_keys if index == 0 else ()))
             mac, _ = self.value(mac_of_port(port))
             addresses, unknown = [mac], unknown_vips
             for version in sorted(spaces):
@@ -521,7 +515,7 @@ class _Renderer:
             }, refs={k: v for k, v in refs.items() if v},
                 parent=(key("Logical_Switch", *segment), "ports"),
                 unknown=frozenset({"addresses", "port_security"}) if unknown else frozenset(),
-                meta=meta)
+                meta=meta, identity=identity)
 
     def _dhcp_on(self, tenant: str | None, subnet: str) -> bool:
         found = self.model.get("Subnet" if tenant is not None else "ProviderNetwork", tenant,
@@ -684,7 +678,7 @@ class _Rule:
         peer = "src" if direction == "ingress" else "dst"
         out = []
         for family in families:
-            if int(family[-1]) not in rule_families(self):
+            if int(family[-1]) not in protocol_families(self.protocol, self.icmp_type):
                 continue  # ICMP types are per family: icmp with a type is ICMPv4
             if self.cidr is not None:
                 if (":" in self.cidr) != (family == "ip6"):

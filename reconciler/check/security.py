@@ -105,15 +105,6 @@ def _check_icmp(ctx: Context, group: Manifest, path: Path_, rule: Any) -> bool:
     return False
 
 
-def rule_families(rule: Any) -> set[int]:
-    """The IP versions a rule's protocol can match: ICMP types are per family."""
-    if rule.protocol == "icmpv6":
-        return {6}
-    if rule.protocol == "icmp" and rule.icmp_type is not None:
-        return {4}
-    return {4, 6}
-
-
 def _check_effect(ctx: Context, group: Manifest, path: Path_, rule: Any,
                   remote: int | None) -> None:
     """A rule that can match nothing renders no ACL at all: say so (RULE_NO_EFFECT)."""
@@ -122,7 +113,7 @@ def _check_effect(ctx: Context, group: Manifest, path: Path_, rule: Any,
     if not network:
         return  # the VirtualNetwork's own problems are reported there
     families = set(network) | _rejected_families(ctx, group.tenant, vn)
-    protocol = rule_families(rule)
+    protocol = rule.families
     if remote is not None and remote not in families:
         ctx.report("RULE_NO_EFFECT", group, path,
                    f"the rule matches nothing: its remote {rule.cidr} is IPv{remote} and "
