@@ -134,12 +134,12 @@ class OvnManager(FabricManager):
         return render(model, allocations, self.manager, self.config)
 
     def describe(self, obj: BackendObject) -> str:
-        from .render import describe
+        from .reading import describe
 
         return describe(obj)
 
     def exposure(self, obj: BackendObject, model: Model) -> Exposure | None:
-        from .render import exposure
+        from .reading import exposure
 
         return exposure(obj, model)
 

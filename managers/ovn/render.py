@@ -8,8 +8,7 @@ OVSDB keeps them only while a parent references them.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,17 +19,14 @@ from managers.sdk import (
     UNKNOWN,
     Allocations,
     BackendObject,
-    Exposure,
     Manifest,
     Model,
     content_hash,
     external_key,
     ip_of_port,
     mac_of_port,
-    parse_network,
     port_identity,
     port_key,
-    protocol_families,
     router_gateway_key,
     segment_key,
     segment_of,
@@ -39,6 +35,8 @@ from managers.sdk import (
 from managers.sdk import (
     derived_mac as _derived_mac,
 )
+
+from .acls import AclRule
 
 if TYPE_CHECKING:
     from .manager import OvnConfig
@@ -296,7 +294,8 @@ class _Renderer:
         router = key("Logical_Router", t, vn)
         router_port = key("Logical_Router_Port", t, name)
         mac = self.mac(router_port)
-        gateways = {v: str(_ip(s.gateway, v)) for v, s in spaces.items() if s.gateway is not None}
+        gateways = {v: str(netaddr.IPAddress(s.gateway, v)) for v, s in spaces.items()
+                    if s.gateway is not None}
         networks = sorted(f"{gateways[v]}/{s.net.prefixlen}" for v, s in spaces.items()
                           if v in gateways)
         self.out.add("Logical_Switch", switch, subnet.ref, {
@@ -431,11 +430,11 @@ class _Renderer:
                                if name in groups))
         self.out.add("Port_Group", pg_key, owner, {"name": pg}, refs={"ports": members})
         if group is None:  # implicit default: ingress from its members, all egress
-            rules = [("ingress", _Rule("all", remote_group="default")),
-                     ("egress", _Rule("all", cidr="0.0.0.0/0")),
-                     ("egress", _Rule("all", cidr="::/0"))]
+            rules = [("ingress", AclRule("all", remote_group="default")),
+                     ("egress", AclRule("all", cidr="0.0.0.0/0")),
+                     ("egress", AclRule("all", cidr="::/0"))]
         else:
-            rules = [(d, _Rule.of(r)) for d in ("ingress", "egress")
+            rules = [(d, AclRule.of(r)) for d in ("ingress", "egress")
                      for r in getattr(group.obj.spec, d)]
         by_family = self.model.network_cidrs(tenant, vn)
         cidrs = list(by_family.values())
@@ -600,7 +599,7 @@ class _Renderer:
             "Logical_Router_Static_Route", vn.tenant, vn.name, "default",
             *(() if version == 4 else (f"ipv{version}",))), owner, {
             "ip_prefix": "0.0.0.0/0" if version == 4 else "::/0",
-            "nexthop": str(_ip(space.gateway, version)),
+            "nexthop": str(netaddr.IPAddress(space.gateway, version)),
             "output_port": _gateway_port_name(vn), "policy": None, "route_table": "",
         }, parent=(key("Logical_Router", vn.tenant, vn.name), "static_routes"))
 
@@ -655,179 +654,14 @@ class _Renderer:
             unknown=frozenset(unknown))
 
 
-@dataclass(frozen=True)
-class _Rule:
-    protocol: str
-    port_from: int | None = None
-    port_to: int | None = None
-    icmp_type: int | None = None
-    icmp_code: int | None = None
-    cidr: str | None = None
-    remote_group: str | None = None
-
-    @classmethod
-    def of(cls, rule: Any) -> _Rule:
-        return cls(rule.protocol, rule.port_from, rule.port_to, rule.icmp_type, rule.icmp_code,
-                   rule.cidr, rule.security_group)
-
-    def matches(self, pg: str, direction: str, members: Callable[[str, str], str],
-                families: tuple[str, ...]) -> list[str]:
-        """One ACL match per address family the rule covers and the network has; `members`
-        gives the match operand of a remote group's addresses in a family."""
-        port = "outport" if direction == "ingress" else "inport"
-        peer = "src" if direction == "ingress" else "dst"
-        out = []
-        for family in families:
-            if int(family[-1]) not in protocol_families(self.protocol, self.icmp_type):
-                continue  # ICMP types are per family: icmp with a type is ICMPv4
-            if self.cidr is not None:
-                if (":" in self.cidr) != (family == "ip6"):
-                    continue
-                remote = "" if self.cidr in ("0.0.0.0/0", "::/0") \
-                    else f" && {family}.{peer} == {self.cidr}"
-            else:
-                remote = f" && {family}.{peer} == {members(self.remote_group, family)}"
-            out.append(f"{port} == @{pg} && {family}{remote}{self._l4(family)}")
-        return out
-
-    def exposure(self, network_cidrs: list[Any]) -> str | None:
-        """How the rule opens the group to sources outside its network, if it does."""
-        if self.cidr is None:
-            return None
-        source = parse_network(self.cidr)
-        if any(source.version == n.version and source in n for n in network_cidrs):
-            return None
-        if self.protocol in ("tcp", "udp"):
-            ports = "all ports" if self.port_from is None else (
-                f"port {self.port_from}" if self.port_from == self.port_to
-                else f"ports {self.port_from}-{self.port_to}")
-            what = f"{self.protocol} {ports}"
-        elif self.protocol in ("icmp", "icmpv6"):
-            what = self.protocol + (f" type {self.icmp_type}" if self.icmp_type is not None
-                                    else "")
-        else:
-            what = "all traffic"
-        world = " (anywhere)" if source.prefixlen == 0 else ""
-        return f"{what} from {self.cidr}{world}"
-
-    def _l4(self, family: str) -> str:
-        if self.protocol in ("tcp", "udp"):
-            if self.port_from is None:
-                return f" && {self.protocol}"
-            if self.port_from == self.port_to:
-                return f" && {self.protocol}.dst == {self.port_from}"
-            return (f" && {self.protocol}.dst >= {self.port_from} && "
-                    f"{self.protocol}.dst <= {self.port_to}")
-        if self.protocol in ("icmp", "icmpv6"):
-            icmp = "icmp4" if family == "ip4" else "icmp6"
-            text = f" && {icmp}"
-            if self.icmp_type is not None:
-                text += f" && {icmp}.type == {self.icmp_type}"
-            if self.icmp_code is not None:
-                text += f" && {icmp}.code == {self.icmp_code}"
-            return text
-        return ""
-
-
-#: An ACL match as `_Rule.matches` writes it, and the rules people write in that style.
-_ACL_MATCH = re.compile(
-    r"outport == @(?P<pg>\S+)(?: && (?P<family>ip[46]))?"
-    r"(?: && ip[46]\.src == (?P<remote>\S+))?"
-    r"(?: && (?P<l4>(?P<proto>tcp|udp)(?:\.dst == (?P<port>\d+)|\.dst >= (?P<low>\d+) && "
-    r"(?:tcp|udp)\.dst <= (?P<high>\d+))?|icmp[46](?: && icmp[46]\.type == (?P<type>\d+))?"
-    r"(?: && icmp[46]\.code == (?P<code>\d+))?))?")
-
-#: The rule that lets IPv6 neighbour discovery through a network's default drop.
-_NEIGHBOUR_DISCOVERY = re.compile(r"outport == @\S+ && \(nd \|\| nd_rs \|\| nd_ra\)")
-
-
-def describe(obj: BackendObject) -> str:
-    """How people know a row, in plans: rows without a name by what they do."""
-    fields = obj.fields
-    if obj.table == "ACL":
-        return f"ACL {fields['direction']} {fields['priority']} {fields['action']} " \
-               f"`{fields['match']}`"
-    if obj.table == "NAT":
-        return f"NAT {fields['type']} {fields['external_ip']} ↔ {fields['logical_ip']}"
-    if obj.table == "Logical_Router_Static_Route":
-        return f"route {fields['ip_prefix']} via {fields['nexthop']}"
-    if obj.table == "DHCP_Options":
-        return f"DHCP_Options {fields['cidr']}"
-    return f"{obj.table} {fields.get('name', obj.key)}"
-
-
-def exposure(obj: BackendObject, model: Model) -> Exposure | None:
-    """What a row, as it is, opens to the outside: an allow rule (read back from its
-    match, so drift counts too), or an address translation."""
-    shared = _provider_port(obj, model)
-    if shared is not None:
-        return Exposure("rule", {"rule": shared})
-    if obj.table == "Load_Balancer":  # forwarded ports: address:port/protocol → target
-        vips = obj.fields.get("vips") or {}
-        protocol = obj.fields.get("protocol")
-        return Exposure("ip", {"address": ", ".join(f"{v}/{protocol}" for v in sorted(vips)),
-                               "target": ", ".join(vips[v] for v in sorted(vips))})
-    if obj.table == "NAT":
-        kind = "ip" if obj.fields.get("type") in ("dnat", "dnat_and_snat") else "nat"
-        return Exposure(kind, {"address": str(obj.fields.get("external_ip")),
-                               "target": str(obj.fields.get("logical_ip"))})
-    if obj.table != "ACL" or obj.parent is None:
-        return None
-    group = obj.parent[0].split("/", 1)[1]  # Port_Group/<tenant>/<network>[/<group>]
-    tenant, network = group.split("/")[:2]
-    opened = acl_exposure(obj.fields, group, list(model.network_cidrs(tenant, network).values()))
-    return Exposure("rule", {"rule": opened}) if opened else None
-
-
-def _provider_port(obj: BackendObject, model: Model) -> str | None:
-    """A workload's port on a provider network is reachable by every tenant on it (its
-    groups decide what passes): said as what it opens, naming who shares the VLAN."""
-    parent = obj.parent[0] if obj.parent is not None else ""
-    if obj.table != "Logical_Switch_Port" or obj.fields.get("type") != "" \
-            or not parent.startswith("Logical_Switch/None/"):
-        return None
-    name = parent.split("/", 2)[2]
-    network = model.get("ProviderNetwork", None, name)
-    who = ", ".join(network.obj.spec.tenants) if network is not None else "its tenants"
-    return (f"provider network {name} (shared by {who}, and the provider's hosts) to "
-            f"{obj.fields.get('name')}, as far as its groups allow")
-
-
-def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str | None:
-    """What an ACL row, as it is, opens to traffic from outside its network (`cidrs`):
-    None for what opens nothing; the match itself when unet cannot read it."""
-    if fields.get("direction") != "to-lport" or not str(fields.get("action")).startswith(
-            "allow"):
-        return None
-    match = str(fields.get("match"))
-    if _NEIGHBOUR_DISCOVERY.fullmatch(match):
-        return None  # link-local: never from beyond the network's own segments
-    found = _ACL_MATCH.fullmatch(match)
-    if found is None:
-        return f"`{match}` (an allow rule unet cannot read) to {group}"
-    remote = found["remote"]
-    if remote is not None and all(part.startswith("$") for part in remote.strip("{}").split(",")):
-        return None  # the members of a group of the network
-    protocol = found["proto"] or ("all" if not found["l4"] else
-                                  "icmpv6" if found["l4"].startswith("icmp6") and found["type"]
-                                  else "icmp")
-    port_from = int(found["port"] or found["low"]) if found["port"] or found["low"] else None
-    port_to = int(found["port"] or found["high"]) if port_from is not None else None
-    rule = _Rule(protocol, port_from, port_to,
-                 int(found["type"]) if found["type"] else None,
-                 int(found["code"]) if found["code"] else None,
-                 remote or ("::/0" if found["family"] == "ip6" else "0.0.0.0/0"))
-    opened = rule.exposure(cidrs)
-    return f"{opened} to {group}" if opened else None
-
-
 def _dhcp4_server(space: Any, gateway: str | None) -> str | None:
     """The DHCPv4 server's address: the gateway; without one, the first host, which
     validation keeps for it; None: no DHCPv4 (no IPv4, or a /31 or /32)."""
     if space is None or gateway is not None:
         return gateway
     first = space.net.first + 1
-    return str(_ip(first, 4)) if space.net.size > 2 and first in space.reserved else None
+    serves = space.net.size > 2 and first in space.reserved
+    return str(netaddr.IPAddress(first, 4)) if serves else None
 
 
 def _gateway_port_name(vn: Manifest) -> str:
@@ -863,7 +697,3 @@ def _short(kind: str) -> str:
 def _primary_index(workload: Manifest) -> int:
     attachments = workload.obj.spec.network_attachments
     return next((i for i, a in enumerate(attachments) if a.primary), 0)
-
-
-def _ip(value: int, version: int) -> Any:
-    return netaddr.IPAddress(value, version)
