@@ -16,6 +16,7 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 # The benchmark (docs/performance.md): 100, 1,000 and 3,000 tenants; BENCH_ARGS for more

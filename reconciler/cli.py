@@ -226,7 +226,7 @@ def repo_root(start: Path) -> Path:
 def _cmd_completion(args: argparse.Namespace) -> int:
     import argcomplete
 
-    sys.stdout.write(argcomplete.shellcode(["unet"], shell=args.shell))
+    sys.stdout.write(argcomplete.shellcode(["unet"], shell=args.shell))  # type: ignore[attr-defined]
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from managers.command import Command
+from managers.contract import ProgressFactory
 
 from . import engine
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
@@ -104,7 +105,7 @@ def _options(args: argparse.Namespace, repo: Path) -> RunOptions:
                       only=args.manager, refresh_only=args.refresh_only, progress=_progress)
 
 
-def _progress(manager: str) -> engine.ProgressFactory:
+def _progress(manager: str) -> ProgressFactory:
     wave = Progress().wave
     return lambda index, waves, steps: wave(manager, index, waves, steps)
 

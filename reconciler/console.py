@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.style import Style
 
 Paint = Callable[[str, str], str]  # (rich style, text) → the text, painted or not
 
@@ -30,7 +33,7 @@ def painter(enabled: bool) -> Paint:
 
 
 @cache
-def _style(style: str) -> object:
+def _style(style: str) -> Style:
     from rich.style import Style
 
     return Style.parse(style)

@@ -214,10 +214,10 @@ def _cascade_replacements(changes: dict[str, Change]) -> None:
             if change.before is None or change.action.deletes:
                 continue
             # A row kept because prune is off (no `after`) would vanish too: recreate it as is.
-            parent = changes[uid].obj
+            replaced = changes[uid].obj
             changes[child] = Change(child, change.before, change.after or change.before,
-                                    Action.REPLACE, f"{parent.owner} is replaced, and with it "
-                                    f"its {parent.key}", change.fields)
+                                    Action.REPLACE, f"{replaced.owner} is replaced, and with "
+                                    f"it its {replaced.key}", change.fields)
             pending.append(child)
     _refresh_references(changes)
 

@@ -85,7 +85,7 @@ class Family(IntEnum):
 
     def cidr_of(self, spec: Any) -> str | None:
         """A network's or subnet's CIDR of this family, as the manifest gives it."""
-        return getattr(spec, self.cidr_attr, None)  # type: ignore[no-any-return]
+        return getattr(spec, self.cidr_attr, None)
 
 
 #: Key of JSON Schema keywords for editors only. `unet schema` merges them into the
@@ -629,8 +629,8 @@ Resource = (
 )
 
 KINDS: dict[str, type[_Resource]] = {
-    model.model_fields["kind"].annotation.__args__[0]: model  # type: ignore[union-attr]
-    for model in Resource.__args__  # type: ignore[attr-defined]
+    model.model_fields["kind"].annotation.__args__[0]: model
+    for model in Resource.__args__
 }
 PROVIDER_KINDS = frozenset(k for k, m in KINDS.items() if m.scope == "provider")
 TENANT_KINDS = frozenset(k for k, m in KINDS.items() if m.scope == "tenant")

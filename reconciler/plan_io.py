@@ -281,6 +281,6 @@ def _object(item: dict[str, Any], side: str) -> BackendObject | None:
         return None
     return BackendObject(item["manager"], item["table"], item["key"], item["owner"],
                          data["fields"], {k: tuple(v) for k, v in data["refs"].items()},
-                         tuple(data["parent"]) if data["parent"] else None,  # type: ignore
+                         tuple(data["parent"]) if data["parent"] else None,
                          frozenset(data.get("unknown", ())), data["meta"],
                          tuple(data.get("holds", ())))

@@ -390,13 +390,13 @@ def _safety(changes: list[Change], desired: Desired, observed: list[BackendObjec
     config = desired.model.config
     for address, manifest in base.items():  # objects without backend rows count too
         if manifest.obj.prevent_destroy and address not in head and config.prune:
-            protected.setdefault(address, "delete")
+            protected.setdefault(address, Action.DELETE)
     for address, action in sorted(protected.items()):
-        manifest = head.get(address) or base.get(address)
+        found = head.get(address) or base.get(address)
         out.append(Diagnostic(
             "PREVENT_DESTROY", f"the plan would {action} {address}, which is protected",
-            file=manifest.doc.file if manifest else None,
-            line=manifest.doc.line if manifest else None,
+            file=found.doc.file if found else None,
+            line=found.doc.line if found else None,
             hint="remove the annotation network.osac.io/prevent-destroy first, in its own "
                  "change, if this is intended"))
     out += _destroys_foreign(changes, base, head, desired.describer())

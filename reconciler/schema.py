@@ -309,7 +309,7 @@ _JSON_TYPES = {"string": "a string", "integer": "an integer", "boolean": "true o
 
 def _article(expected: Any) -> str:
     if isinstance(expected, list):
-        return " or ".join(_JSON_TYPES.get(t, t) for t in expected)
+        return " or ".join(_JSON_TYPES.get(str(t), str(t)) for t in expected)
     return _JSON_TYPES.get(expected, str(expected))
 
 
@@ -318,13 +318,18 @@ def _type_name(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    return {str: "string", int: "integer", float: "number", dict: "mapping",
-            list: "list"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {str: "string", int: "integer", float: "number", dict: "mapping",
+                              list: "list"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _describe(value: Any) -> str:
-    if isinstance(value, dict | list) or value is None:
-        return _article({dict: "object", list: "array"}.get(type(value), "null"))
+    if isinstance(value, dict):
+        return _article("object")
+    if isinstance(value, list):
+        return _article("array")
+    if value is None:
+        return _article("null")
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 

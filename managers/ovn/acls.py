@@ -43,6 +43,7 @@ class AclRule:
                 remote = "" if self.cidr in ("0.0.0.0/0", "::/0") \
                     else f" && {family}.{peer} == {self.cidr}"
             else:
+                assert self.remote_group is not None, "a rule has a CIDR or a group"
                 remote = f" && {family}.{peer} == {members(self.remote_group, family)}"
             out.append(f"{port} == @{pg} && {family}{remote}{self._l4(family)}")
         return out

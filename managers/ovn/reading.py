@@ -35,8 +35,8 @@ def exposure(obj: BackendObject, model: Model) -> Exposure | None:
         return Exposure("ip", {"address": ", ".join(f"{v}/{protocol}" for v in sorted(vips)),
                                "target": ", ".join(vips[v] for v in sorted(vips))})
     if obj.table == "NAT":
-        kind = "ip" if obj.fields.get("type") in ("dnat", "dnat_and_snat") else "nat"
-        return Exposure(kind, {"address": str(obj.fields.get("external_ip")),
+        inbound = obj.fields.get("type") in ("dnat", "dnat_and_snat")
+        return Exposure("ip" if inbound else "nat", {"address": str(obj.fields.get("external_ip")),
                                "target": str(obj.fields.get("logical_ip"))})
     if obj.table != "ACL" or obj.parent is None:
         return None

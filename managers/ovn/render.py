@@ -426,9 +426,9 @@ class _Renderer:
         owner = group.ref if group is not None else f"VirtualNetwork/{tenant}/{vn}"
         pg_key = key("Port_Group", tenant, vn, name)
         pg = ident("unet", tenant, vn, name)
-        members = tuple(sorted(port for port, groups in self.ports.get((tenant, vn), ())
-                               if name in groups))
-        self.out.add("Port_Group", pg_key, owner, {"name": pg}, refs={"ports": members})
+        ports = tuple(sorted(port for port, groups in self.ports.get((tenant, vn), ())
+                             if name in groups))
+        self.out.add("Port_Group", pg_key, owner, {"name": pg}, refs={"ports": ports})
         if group is None:  # implicit default: ingress from its members, all egress
             rules = [("ingress", AclRule("all", remote_group="default")),
                      ("egress", AclRule("all", cidr="0.0.0.0/0")),

@@ -19,6 +19,7 @@ import ipaddress
 import re
 import socket
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,10 +108,11 @@ class TlsClient:
             return None
 
 
-def certificate_names(certificate: dict[str, Any]) -> list[str]:
+def certificate_names(certificate: Mapping[str, Any] | None) -> list[str]:
     """The names a certificate holds, as OpenSSL compares them with the name expected: its
     subjectAltName's DNS names and IP addresses, else (no DNS name) its subject's common
     name."""
+    certificate = certificate or {}
     names = [f"DNS:{value}" if kind == "DNS" else tagged(value.strip())
              for kind, value in certificate.get("subjectAltName", ())
              if kind in ("DNS", "IP Address")]

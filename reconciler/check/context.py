@@ -43,9 +43,11 @@ class Context:
     # Resolved facts later checks and stages rely on.
     default_class: dict[str, str] = field(default_factory=dict)  # region -> class
     class_caps: dict[str, frozenset[Capability]] = field(default_factory=dict)
-    vn_class: dict[tuple[str, str], str] = field(default_factory=dict)  # (tenant, vn) -> class
+    # (tenant, vn) -> class; a tenant is None for the provider (never, for a network)
+    vn_class: dict[tuple[str | None, str], str] = field(default_factory=dict)
     provider_network_class: dict[str, str] = field(default_factory=dict)
-    networks: dict[tuple[str, str], dict[int, netaddr.IPNetwork]] = field(default_factory=dict)
+    networks: dict[tuple[str | None, str], dict[int, netaddr.IPNetwork]] = field(
+        default_factory=dict)
     # (tenant, subnet), or (None, name) of a ProviderNetwork -> its address spaces
     subnets: dict[tuple[str | None, str], dict[int, AddressSpace]] = field(default_factory=dict)
     pools: dict[str, AddressSpace] = field(default_factory=dict)

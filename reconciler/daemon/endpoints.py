@@ -356,7 +356,7 @@ def _linger(sock: socket.socket) -> None:
                 return
 
 
-def _server() -> type[ThreadingHTTPServer]:
+def _server() -> Callable[[tuple[str, int], type, _Served], ThreadingHTTPServer]:
     from http.server import ThreadingHTTPServer
 
     class Server(ThreadingHTTPServer):

@@ -26,13 +26,17 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from managers.contract import BackendLocked, FabricManager
 
 from .. import heap
 from ..errors import EXIT_OK, RunFailed, UnetError
 from ..load import DEFAULT_MAX_FILE_BYTES
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+    from ..validate import ParsedFiles
 from .election import ACTIVE, Election
 from .endpoints import listen
 from .history import (
@@ -95,8 +99,8 @@ class Reconciler:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.state_dir = options.state_dir
-        self._last_plan: Any = None  # the Plan of the last run
-        self.parsed: Any = None  # ParsedFiles: the last run's files, kept parsed
+        self._last_plan: Plan | None = None  # of the last run
+        self.parsed: ParsedFiles | None = None  # the last run's files, kept parsed
         self._last_plan_json: dict[str, Any] | None = None
         self.last_validation: Any = None
         self.election = Election(options.workdir) if options.replicas else None
@@ -381,8 +385,9 @@ def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> i
             metrics.observe(run)
             endpoints.publish(metrics)
         log_line(run)
-        if reconciler.last_plan_has_changes:
-            sys.stdout.write(render_text(reconciler.last_plan, use_colour(sys.stdout)) + "\n")
+        plan = reconciler.last_plan
+        if plan is not None and reconciler.last_plan_has_changes:
+            sys.stdout.write(render_text(plan, use_colour(sys.stdout)) + "\n")
         print(headline(run))
         if os.environ.get("GITHUB_STEP_SUMMARY"):
             with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as out:
