@@ -18,7 +18,6 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import netaddr
 
@@ -26,7 +25,7 @@ from .check.context import AddressSpace
 from .check.netutil import address as parse_address
 from .load import Path_
 from .model import Model
-from .models import Family, segment_of
+from .models import Family, NetworkAttachment, segment_of
 from .objects import UNKNOWN, Held
 from .schema import Manifest
 
@@ -112,7 +111,8 @@ def holder_of(key: str) -> str:
 _HAND_OVER = ("pick a free value, or leave the field out to have one allocated; to hand this "
               "one over, remove it from its holder and apply that first, then claim it")
 
-Attachment = tuple[str, int, Manifest, Any]  # (port key, index, workload, attachment)
+#: (port key, index, workload, attachment)
+Attachment = tuple[str, int, Manifest, NetworkAttachment]
 
 
 def allocate(model: Model, observed: Mapping[str, Held], new_are_unknown: bool = False

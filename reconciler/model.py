@@ -6,9 +6,11 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
+import netaddr
+
 from .check.context import AddressSpace, Context
 from .check.netutil import address, family_of
-from .models import first_subnet, segment_of
+from .models import NetworkAttachment, first_subnet, segment_of
 from .schema import Manifest
 
 
@@ -59,7 +61,8 @@ class Model:
     def subnet_spaces(self, tenant: str | None, subnet: str) -> dict[int, AddressSpace]:
         return self.ctx.subnets.get((tenant, subnet), {})
 
-    def port_spaces(self, workload: Manifest, attachment: Any) -> dict[int, AddressSpace]:
+    def port_spaces(self, workload: Manifest, attachment: NetworkAttachment
+                    ) -> dict[int, AddressSpace]:
         """The address spaces of an attachment's port: its subnet's; on a provider network,
         only the families the workload's own network has, since its groups (that
         network's) can filter no other."""
@@ -73,7 +76,7 @@ class Model:
     def pool_space(self, pool: str) -> AddressSpace | None:
         return self.ctx.pools.get(pool)
 
-    def network_cidrs(self, tenant: str | None, vn: str) -> dict[int, Any]:
+    def network_cidrs(self, tenant: str | None, vn: str) -> dict[int, netaddr.IPNetwork]:
         return self.ctx.networks.get((tenant, vn), {})
 
     def class_of(self, tenant: str | None, vn: str) -> Manifest | None:

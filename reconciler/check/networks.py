@@ -8,7 +8,7 @@ from typing import Any
 
 import netaddr
 
-from ..models import Capability, Family
+from ..models import AddressRange, Capability, Family, ProviderNetworkSpec, Route
 from ..schema import Manifest
 from .classes import class_of_network, require
 from .context import AddressSpace, Context, Path_
@@ -332,7 +332,8 @@ def _check_against_pools(ctx: Context, network: Manifest,
                            "choose a CIDR outside the region's external pools")
 
 
-def _reserve_provider_hosts(spec: Any, spaces: dict[int, AddressSpace]) -> None:
+def _reserve_provider_hosts(spec: ProviderNetworkSpec, spaces: dict[int, AddressSpace]
+                            ) -> None:
     """Addresses the provider's own hosts hold on its VLAN, as far as unet can know them:
     the first host of each family (by convention the VLAN's router; DHCPv4 answers from
     it), its DNS and NTP servers and its routes' next hops. None goes to a tenant."""
@@ -362,7 +363,7 @@ def _version_of(text: str) -> int:
     return 6 if ":" in text else 4
 
 
-def _index_map(ranges: list[Any] | None, version: int) -> list[int]:
+def _index_map(ranges: list[AddressRange] | None, version: int) -> list[int]:
     return [i for i, r in enumerate(ranges or ()) if _version_of(r.start) == version]
 
 
@@ -391,7 +392,7 @@ def _available(space: AddressSpace) -> int:
 def _address_space(
     ctx: Context, manifest: Manifest, net: netaddr.IPNetwork,
     gateway_text: str | None, gateway_path: Path_,
-    ranges: list[Any] | None, ranges_path: Path_,
+    ranges: list[AddressRange] | None, ranges_path: Path_,
     exclude: list[str], exclude_path: Path_,
     range_index: list[int] | None = None, no_gateway: bool = False,
 ) -> AddressSpace | None:
@@ -433,7 +434,7 @@ def _address_space(
 
 def _check_ranges(
     ctx: Context, manifest: Manifest, net: netaddr.IPNetwork, gateway: int | None,
-    ranges: list[Any], ranges_path: Path_, indexes: list[int],
+    ranges: list[AddressRange], ranges_path: Path_, indexes: list[int],
 ) -> list[tuple[int, int]]:
     parsed: list[tuple[int, int, int]] = []
     for index, item in zip(indexes, ranges, strict=True):
@@ -471,7 +472,7 @@ def _check_mtu(ctx: Context, subnet: Manifest, has_ipv6: bool) -> None:
                    + (" (IPv6 needs at least 1280)" if has_ipv6 and mtu < 1280 else ""))
 
 
-def _check_route(ctx: Context, subnet: Manifest, index: int, route: Any,
+def _check_route(ctx: Context, subnet: Manifest, index: int, route: Route,
                  spaces: dict[int, AddressSpace]) -> None:
     path = ("spec", "routes", index)
     dest = parse_cidr(ctx, subnet, (*path, "destination"), route.destination,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import Capability, Family
+from ..models import Capability, Family, Rule
 from ..schema import Manifest
 from .classes import require
 from .context import Context, Path_
@@ -36,7 +36,8 @@ def check_security_groups(ctx: Context) -> None:
                     seen[key] = index
 
 
-def _check_rule(ctx: Context, group: Manifest, path: Path_, rule: Any) -> tuple[Any, ...] | None:
+def _check_rule(ctx: Context, group: Manifest, path: Path_, rule: Rule
+                ) -> tuple[Any, ...] | None:
     """Report what is wrong with a rule; return its normalised identity when it is valid."""
     ok = _check_ports(ctx, group, path, rule) & _check_icmp(ctx, group, path, rule)
     if (rule.cidr is None) == (rule.security_group is None):
@@ -50,7 +51,7 @@ def _check_rule(ctx: Context, group: Manifest, path: Path_, rule: Any) -> tuple[
         remote = str(net) if net is not None else None
         if net is not None and ok:
             _check_effect(ctx, group, path, rule, net.version)
-    else:
+    elif rule.security_group is not None:  # one of the two, as checked above
         if ok:
             _check_effect(ctx, group, path, rule, None)
         remote = rule.security_group
@@ -62,7 +63,7 @@ def _check_rule(ctx: Context, group: Manifest, path: Path_, rule: Any) -> tuple[
             rule.cidr is not None, remote)
 
 
-def _check_ports(ctx: Context, group: Manifest, path: Path_, rule: Any) -> bool:
+def _check_ports(ctx: Context, group: Manifest, path: Path_, rule: Rule) -> bool:
     low, high = rule.port_from, rule.port_to
     if low is None and high is None:
         return True
@@ -86,7 +87,7 @@ def _check_ports(ctx: Context, group: Manifest, path: Path_, rule: Any) -> bool:
     return False
 
 
-def _check_icmp(ctx: Context, group: Manifest, path: Path_, rule: Any) -> bool:
+def _check_icmp(ctx: Context, group: Manifest, path: Path_, rule: Rule) -> bool:
     icmp_type, icmp_code = rule.icmp_type, rule.icmp_code
     if icmp_type is None and icmp_code is None:
         return True
@@ -105,7 +106,7 @@ def _check_icmp(ctx: Context, group: Manifest, path: Path_, rule: Any) -> bool:
     return False
 
 
-def _check_effect(ctx: Context, group: Manifest, path: Path_, rule: Any,
+def _check_effect(ctx: Context, group: Manifest, path: Path_, rule: Rule,
                   remote: int | None) -> None:
     """A rule that can match nothing renders no ACL at all: say so (RULE_NO_EFFECT)."""
     vn = group.obj.spec.virtual_network

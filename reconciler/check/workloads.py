@@ -6,8 +6,10 @@ from typing import Any
 
 import netaddr
 
+from managers.contract import ClusterManager
+
 from ..diagnostics import Diagnostic, json_pointer
-from ..models import Capability, Family
+from ..models import Capability, Family, NetworkAttachment
 from ..schema import Manifest
 from .classes import cluster_manager_of, require
 from .context import Context, Path_
@@ -36,7 +38,7 @@ def check_host_types(ctx: Context) -> None:
 
 def check_workloads(ctx: Context) -> None:
     claims: Claims = {}
-    hosted: list[tuple[Manifest, str, Any]] = []  # (VM, its network, its cluster's manager)
+    hosted: list[tuple[Manifest, str, ClusterManager]] = []  # (VM, its network, its manager)
     for kind in _CAPABILITY:
         for workload in ctx.kind(kind):
             vn_name = _check_attachments(ctx, workload, claims)
@@ -115,7 +117,7 @@ def _check_provider_overlaps(ctx: Context, workload: Manifest, provider: list[in
             seen.append((name, net.net))
 
 
-def _check_port(ctx: Context, workload: Manifest, path: Path_, attachment: Any,
+def _check_port(ctx: Context, workload: Manifest, path: Path_, attachment: NetworkAttachment,
                 segment: Manifest, vn_name: str, claims: Claims) -> None:
     """An attachment's groups (of the workload's network) and its fixed values."""
     for g_index, group in enumerate(attachment.security_groups):
@@ -157,7 +159,8 @@ def _check_provider_attachment(ctx: Context, workload: Manifest, index: int,
 
 
 def _provider_fixed_values_allowed(ctx: Context, workload: Manifest, path: Path_,
-                                   attachment: Any, network: Manifest, vn: Manifest) -> bool:
+                                   attachment: NetworkAttachment, network: Manifest,
+                                   vn: Manifest) -> bool:
     """The provider's hosts on its VLAN are unknown to unet: a tenant may fix an address
     only inside what the provider hands out, and never a MAC (it could be a host's); and
     only of a family of its own network (the port has no other, model.port_spaces)."""
@@ -294,7 +297,8 @@ def _claim(ctx: Context, claims: Claims, key: tuple[Any, ...], manifest: Manifes
                f"{owner.doc.line_of(first[1])})", "give each consumer its own address")
 
 
-def _check_hosting_cluster(ctx: Context, vm: Manifest, class_name: str | None) -> Any:
+def _check_hosting_cluster(ctx: Context, vm: Manifest, class_name: str | None
+                           ) -> ClusterManager | None:
     """The cluster is one of the class's k8sManager's; that manager (None: not known)."""
     cls = ctx.get("NetworkClass", None, class_name)
     if cls is None:
@@ -315,10 +319,11 @@ def _check_hosting_cluster(ctx: Context, vm: Manifest, class_name: str | None) -
     return None
 
 
-def _check_hosted_rules(ctx: Context, hosted: list[tuple[Manifest, str, Any]]) -> None:
+def _check_hosted_rules(ctx: Context, hosted: list[tuple[Manifest, str, ClusterManager]]
+                        ) -> None:
     """Rules of groups that VMs on hosting clusters use and that their manager cannot
     realise there: one POLICY_RULE_NOT_REALISED per rule, at the rule, naming the VMs."""
-    users: dict[tuple[int, str, int], tuple[Manifest, Any, list[str]]] = {}
+    users: dict[tuple[int, str, int], tuple[Manifest, str, list[str]]] = {}
     for vm, vn, plugin in hosted:
         for name in {g for a in vm.obj.spec.network_attachments for g in a.security_groups}:
             group = ctx.get("SecurityGroup", vm.tenant, name)
