@@ -8,6 +8,7 @@ parallel, and each wave can be one backend transaction.
 
 from __future__ import annotations
 
+import graphlib
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -62,15 +63,17 @@ def order(changes: list[Change]) -> list[list[Step]]:
 
 
 def _waves(ids: dict[str, Step], after: dict[str, set[str]]) -> list[list[Step]]:
-    remaining = set(ids)
-    done: set[str] = set()
+    """The steps in layers (graphlib): a wave holds every step whose predecessors are all
+    in earlier waves, in id order."""
+    sorter = graphlib.TopologicalSorter({step: after[step] for step in ids})
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as exc:
+        raise CycleError("objects depend on each other in a cycle: "
+                         + ", ".join(sorted(set(exc.args[1]))[:5])) from exc
     waves: list[list[Step]] = []
-    while remaining:
-        ready = sorted(s for s in remaining if after[s] <= done)
-        if not ready:
-            raise CycleError("objects depend on each other in a cycle: "
-                             + ", ".join(sorted(remaining)[:5]))
+    while sorter.is_active():
+        ready = sorted(sorter.get_ready())
         waves.append([ids[s] for s in ready])
-        done.update(ready)
-        remaining.difference_update(ready)
+        sorter.done(*ready)
     return waves

@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from reconciler.desired import render_desired
-from reconciler.diff import Action
+from reconciler.diff import Action, Change
 from reconciler.load import SourceFile
 from reconciler.objects import (
     TAG_ALLOCATION,
@@ -510,3 +511,17 @@ def test_prune_off_never_gives_a_kept_address_to_a_new_port() -> None:
     truth = render_desired(head, observed_allocations(BASE_OBJECTS)).objects
     kept = [o for o in BASE_OBJECTS if "web-2" in o.key]
     assert_unique_addresses([*kept, *truth])
+
+
+def test_objects_that_depend_on_each_other_are_a_cycle_error() -> None:
+    """A renderer's bug, named: the steps in the circle, never an endless wait."""
+    from reconciler.objects import BackendObject
+    from reconciler.order import CycleError, order
+
+    a = BackendObject("m", "T", "a", "X/a", {}, {"ref": ("b",)})
+    b = BackendObject("m", "T", "b", "X/b", {}, {"ref": ("a",)})
+    free = BackendObject("m", "T", "c", "X/c", {})
+    changes = [Change(o.uid, None, o, Action.CREATE, "new") for o in (a, b, free)]
+    with pytest.raises(CycleError, match=r"create m:a, create m:b"):
+        order(changes)
+    assert [[s.id for s in wave] for wave in order(changes[2:])] == [["create m:c"]]
