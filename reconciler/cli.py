@@ -8,7 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from managers.command import Command, installed_commands
 
@@ -49,7 +49,7 @@ def _add_repo_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_no_cache(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true",
-                        help="do not read or write the parse cache under .unet/cache/")
+                        help="do not read or write unet's cache of parsed files")
 
 
 def _add_live_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +69,10 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+#: The subcommands of a parser (argparse's own type).
+Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"
+
+
 def _plugin_command(command: Command) -> Callable[[argparse.Namespace], int]:
     """A command of a plugin, run through commands.py (imported when it runs)."""
     def run(args: argparse.Namespace) -> int:
@@ -83,9 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="unet", description="Declarative GitOps reconciler for multi-tenant "
                      "cloud networking.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    commands_ = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_add_validate, _add_plan, _add_apply, reconcile.add_parser, _add_schema,
+                _add_codes, _add_show, _add_plugin_commands, _add_completion):
+        add(commands)
+    return parser
 
-    validate = commands_.add_parser(
+
+def _add_validate(commands: Commands) -> None:
+    validate = commands.add_parser(
         "validate", help="check a network repo; every problem at once",
         description="Check the network repo (the one the current folder is in, or PATH). "
                     "Given manifest files (pre-commit), the whole repo is checked and only "
@@ -100,11 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
                           help="text (human: its old name), json, github (annotations), "
                                "markdown")
     validate.add_argument("--no-cache", action="store_true",
-                          help="do not read or write the caches under .unet/cache/ (results "
-                               "and parsed files)")
+                          help="do not read or write unet's caches (results and parsed "
+                               "files)")
     validate.set_defaults(func=_cmd_validate)
 
-    plan = commands_.add_parser("plan", help="show what applying the repo would change")
+
+def _add_plan(commands: Commands) -> None:
+    plan = commands.add_parser("plan", help="show what applying the repo would change")
     _add_repo_arguments(plan)
     plan.add_argument("--base", metavar="REV",
                       help="plan between two revisions, without any backend: BASE stands for "
@@ -124,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_live_arguments(plan)
     plan.set_defaults(func=_command("plan"))
 
-    apply = commands_.add_parser("apply", help="make the backends match the repo")
+
+def _add_apply(commands: Commands) -> None:
+    apply = commands.add_parser("apply", help="make the backends match the repo")
     apply.add_argument("target", nargs="?", default=None, type=Path,
                        help="the network repo (default: the one the current folder is in) "
                             "or a plan saved with plan -o")
@@ -138,9 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="only repair drift; leave repo changes for a normal apply")
     _add_live_arguments(apply)
     apply.set_defaults(func=_command("apply"))
-    reconcile.add_parser(commands_)
 
-    schema = commands_.add_parser(
+
+def _add_schema(commands: Commands) -> None:
+    schema = commands.add_parser(
         "schema", help="write, print or locate the JSON Schemas of every kind",
         description="Write the JSON Schemas of every kind. From unet's source tree they go "
                     "to its schemas/; an installed unet writes only where --out says.")
@@ -158,11 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "validates with); exit 1 when the files differ from the models")
     schema.set_defaults(func=_cmd_schema)
 
-    codes = commands_.add_parser("codes", help="list the diagnostic codes")
+
+def _add_codes(commands: Commands) -> None:
+    codes = commands.add_parser("codes", help="list the diagnostic codes")
     codes.add_argument("--markdown", action="store_true", help="the reference page")
     codes.set_defaults(func=_cmd_codes)
 
-    show = commands_.add_parser("show", help="show a resolved object")
+
+def _add_show(commands: Commands) -> None:
+    show = commands.add_parser("show", help="show a resolved object")
     show_what = show.add_subparsers(dest="what", required=True, parser_class=_Parser)
     saved = show_what.add_parser("plan", help="render a saved plan")
     saved.add_argument("file", type=Path)
@@ -186,8 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repo_arguments(network_class)
     network_class.set_defaults(func=_cmd_show_network_class)
 
+
+def _add_plugin_commands(commands: Commands) -> None:
     for command in installed_commands():
-        added = commands_.add_parser(command.name, help=command.help,
+        added = commands.add_parser(command.name, help=command.help,
                                      description=command.description)
         added.add_argument("--path", type=Path, default=None,
                            help="the network repo (default: the one the current folder is in)")
@@ -197,13 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
         added.set_defaults(func=_plugin_command(command), max_file_size=DEFAULT_MAX_FILE_BYTES,
                            no_cache=False)
 
-    completion = commands_.add_parser(
+
+def _add_completion(commands: Commands) -> None:
+    completion = commands.add_parser(
         "completion", help="print the shell completion script (bash, zsh, fish)",
         description="bash: eval \"$(unet completion bash)\" in ~/.bashrc; zsh: the same in "
                     "~/.zshrc; fish: unet completion fish | source in config.fish")
     completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     completion.set_defaults(func=_cmd_completion)
-    return parser
 
 
 def _version() -> str:
