@@ -26,17 +26,17 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from managers.contract import BackendLocked, FabricManager
 
-from .. import heap
+from .. import engine, heap
+from ..diagnostics import Diagnostic
+from ..engine import Outcome, RunOptions
 from ..errors import EXIT_OK, RunFailed, UnetError
 from ..load import DEFAULT_MAX_FILE_BYTES
-
-if TYPE_CHECKING:
-    from ..plan import Plan
-    from ..validate import ParsedFiles
+from ..plan import Plan
+from ..validate import ParsedFiles, Validation, parsed_files, revision_info
 from .election import ACTIVE, Election
 from .endpoints import listen
 from .history import (
@@ -55,7 +55,7 @@ from .history import (
     short,
     write_atomic,
 )
-from .incremental import Incremental
+from .incremental import Incremental, Scope
 from .metrics import DEFAULT_METRICS_PORT, Metrics
 from .report import exit_code, github_outputs, headline, log_line, markdown_report
 from .watching import Watches
@@ -224,9 +224,6 @@ class Reconciler:
 
     def _reconcile(self, folder: Path, rev: str | None, run: Run) -> _Outcome:
         """Validate `rev` of `folder` (None: the files), plan it live, apply what is due."""
-        from .. import engine
-        from ..validate import parsed_files, revision_info
-
         if self.parsed is None:
             self.parsed = parsed_files(folder, self.options.max_file_size,
                                        self.options.parse_cache)
@@ -234,13 +231,7 @@ class Reconciler:
                                                 self.parsed)
         self.parsed.save()  # the first run only: later runs are served from memory
         if not head.ok:
-            errors = [d for d in head.diagnostics if d.is_error]
-            run.errors = len(errors)
-            run.diagnostics = [d.to_json() for d in errors[:5]]
-            first = errors[0]
-            where = f" ({first.file}:{first.line})" if first.file and first.line else ""
-            return _Outcome(refused=f"{len(errors)} validation errors, first {first.code}"
-                                    f"{where}: {first.message}", validation=head)
+            return _refused(run, "validation errors", head.diagnostics, validation=head)
         assert head.context is not None
         run.mode = str(head.context.kind("RepositoryConfig")[0].obj.spec.reconcile)
         run.resources = dict(sorted(Counter(m.kind for m in head.manifests).items()))
@@ -253,15 +244,27 @@ class Reconciler:
             run.message = "no changes: neither the repo nor the backends changed since the " \
                           "last run"
             return _Outcome()
+        outcome = self._run_engine(head, {"head": revision_info(folder, rev)}, files, scope,
+                                   run)
+        plan = outcome.plan
+        assert plan is not None
+        self.incremental.remember(files, scope, outcome)
+        if not plan.ok:
+            return _refused(run, "errors in the plan", plan.diagnostics)
+        _conclude(run, outcome)
+        return _Outcome()
+
+    def _run_engine(self, head: Validation, inputs: dict[str, Any], files: str, scope: Scope,
+                    run: Run) -> Outcome:
+        """The run against the backends, reading the replicas where there are."""
         owners = scope.owners
         run.scope = "full" if owners is None else \
             f"{len(owners)} owner{'' if len(owners) == 1 else 's'}"
-        options = engine.RunOptions(workdir=self.options.workdir,
-                                    lock_timeout=self.options.lock_timeout,
-                                    only=self.options.managers, waiting=_log_waiting)
+        options = RunOptions(workdir=self.options.workdir, lock_timeout=self.options.lock_timeout,
+                             only=self.options.managers, waiting=_log_waiting)
         self.incremental.since = None  # until this run has ended well
         try:
-            outcome = engine.run(head, {"head": revision_info(folder, rev)}, options,
+            outcome = engine.run(head, inputs, options,
                                  lambda plan, _reports: self._gate(plan, run),
                                  self.incremental.reading(files, scope))
         except RunFailed as failed:
@@ -269,40 +272,7 @@ class Reconciler:
             run.locked_at, run.unlocked_at = locked.locked_at, locked.unlocked_at
             raise failed.cause from None
         run.locked_at, run.unlocked_at = outcome.locked_at, outcome.unlocked_at
-        plan = outcome.plan
-        assert plan is not None
-        self.incremental.remember(files, scope, outcome)
-        if not plan.ok:
-            errors = [d for d in plan.diagnostics if d.is_error]
-            run.errors = len(errors)
-            run.diagnostics = [d.to_json() for d in errors[:5]]
-            return _Outcome(refused=f"the plan has {len(errors)} errors, first "
-                                    f"{errors[0].code}: {errors[0].message}")
-        if outcome.applied is None:
-            run.result = DRIFT if run.drift else OK
-            run.message = _drift_message(run.drift) if run.drift else \
-                "no changes: the backends match the revision"
-            return _Outcome()
-        run.applied = dict(outcome.counts)
-        run.apply_seconds = round(outcome.seconds, 3)
-        repair = run.mode == "repair"
-        run.repaired = run.drift if repair else 0
-        if not outcome.complete:
-            problems = [f"{uid}: {why}" for uid, why in sorted(outcome.failures.items())]
-            problems += [f"{uid}: {how}" for uid, how in outcome.mismatches.items()]
-            raise ReconcileError(f"the apply did not complete: {len(problems)} objects are "
-                                 f"not as planned, first {problems[0]}; the next run tries "
-                                 "again")
-        counts = outcome.counts
-        done = (f"applied {counts['create']} created, {counts['update']} updated, "
-                f"{counts['delete']} deleted in {outcome.seconds:.2f} s")
-        if run.drift and not repair:
-            run.result, run.message = DRIFT, f"{done}; {_drift_message(run.drift)}"
-        else:
-            run.result = APPLIED
-            run.message = done + (f" (repaired {run.drift} drifted objects)" if run.drift
-                                  else "")
-        return _Outcome()
+        return outcome
 
     def _elect(self, head: Any) -> str:
         """This replica's role, standing for the lock of the repo's first fabric manager
@@ -336,6 +306,45 @@ def _log_waiting(text: str) -> None:
     sys.stderr.write(json.dumps({"ts": now(), "event": "waiting", "message": text},
                                 sort_keys=True) + "\n")
     sys.stderr.flush()
+
+
+def _refused(run: Run, what: str, diagnostics: list[Diagnostic],
+             validation: Validation | None = None) -> _Outcome:
+    """A run that goes no further for errors: the first five recorded, the first one said."""
+    errors = [d for d in diagnostics if d.is_error]
+    run.errors = len(errors)
+    run.diagnostics = [d.to_json() for d in errors[:5]]
+    first = errors[0]
+    where = f" ({first.file}:{first.line})" if first.file and first.line else ""
+    return _Outcome(refused=f"{len(errors)} {what}, first {first.code}{where}: "
+                            f"{first.message}", validation=validation)
+
+
+def _conclude(run: Run, outcome: Outcome) -> None:
+    """What a run that planned without errors did: nothing (or only found drift), or
+    applied; an apply that did not complete is an error, which the next run retries."""
+    if outcome.applied is None:
+        run.result = DRIFT if run.drift else OK
+        run.message = _drift_message(run.drift) if run.drift else \
+            "no changes: the backends match the revision"
+        return
+    run.applied = dict(outcome.counts)
+    run.apply_seconds = round(outcome.seconds, 3)
+    repair = run.mode == "repair"
+    run.repaired = run.drift if repair else 0
+    if not outcome.complete:
+        problems = [f"{uid}: {why}" for uid, why in sorted(outcome.failures.items())]
+        problems += [f"{uid}: {how}" for uid, how in outcome.mismatches.items()]
+        raise ReconcileError(f"the apply did not complete: {len(problems)} objects are not as "
+                             f"planned, first {problems[0]}; the next run tries again")
+    counts = outcome.counts
+    done = (f"applied {counts['create']} created, {counts['update']} updated, "
+            f"{counts['delete']} deleted in {outcome.seconds:.2f} s")
+    if run.drift and not repair:
+        run.result, run.message = DRIFT, f"{done}; {_drift_message(run.drift)}"
+    else:
+        run.result = APPLIED
+        run.message = done + (f" (repaired {run.drift} drifted objects)" if run.drift else "")
 
 
 def _drift_message(count: int) -> str:
