@@ -42,6 +42,21 @@ def add_parser(commands: Any) -> None:
         description="Observe, plan and apply, repeatedly: the repo's changes always, drift "
                     "only with `reconcile: repair` in unet.yaml. A revision that fails "
                     "validation is never applied; the last good one is kept.")
+    _source_arguments(parser)
+    _daemon_arguments(parser)
+    parser.set_defaults(func=command)
+    what = parser.add_subparsers(dest="reconcile_what", required=False, metavar="history",
+                                 parser_class=type(parser))
+    history = what.add_parser("history", help="the last runs: revision, counts, result")
+    history.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR")
+    history.add_argument("--format", choices=("text", "json"), default="text")
+    history.add_argument("--limit", type=int, default=20, metavar="N",
+                         help="show the last N runs (default 20; 0: all kept)")
+    history.set_defaults(func=history_command)
+
+
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    """What a run reconciles, and how it runs: once or as a daemon."""
     parser.add_argument("--repo", metavar="URL_OR_PATH",
                         help="Git repository to pull (cloned under the state dir); without "
                              "it, the folder --path as it is on disk")
@@ -57,6 +72,19 @@ def add_parser(commands: Any) -> None:
                              "0.1), so that replicas do not run in step")
     parser.add_argument("--detailed-exitcode", action="store_true",
                         help="with --once: exit 2 when the run found changes or drift")
+    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
+                        metavar="BYTES", help=argparse.SUPPRESS)
+    parser.add_argument("--manager", action="append", metavar="NAME",
+                        help="only this NetworkManager (repeatable; default: all)")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="do not read or write unet's cache of parsed files (a daemon "
+                             "uses it at its first run only)")
+    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="how long to wait for another run's lock (default 60)")
+
+
+def _daemon_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the daemon keeps its state, what it serves, how it watches and elects."""
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR",
                         help="clone, run history and state (default .unet/reconcile)")
     parser.add_argument("--history-size", type=int, default=100, metavar="N",
@@ -68,15 +96,6 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS",
                         help="address to listen on (default 0.0.0.0: every IPv4 "
                              "address; :: for every IPv6 and IPv4 address)")
-    parser.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
-                        metavar="BYTES", help=argparse.SUPPRESS)
-    parser.add_argument("--manager", action="append", metavar="NAME",
-                        help="only this NetworkManager (repeatable; default: all)")
-    parser.add_argument("--no-cache", action="store_true",
-                        help="do not read or write the parse cache under .unet/cache/ "
-                             "(a daemon uses it at its first run only)")
-    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="how long to wait for another run's lock (default 60)")
     parser.add_argument("--webhook-secret-env", metavar="NAME",
                         help="serve POST /hooks/git on the metrics port: a Git push webhook "
                              "signed with the secret in this environment variable makes the "
@@ -91,15 +110,6 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--replicas", action="store_true",
                         help="the daemon is one of several replicas: one is elected active "
                              "and applies, the others stand by (standby on /readyz)")
-    parser.set_defaults(func=command)
-    what = parser.add_subparsers(dest="reconcile_what", required=False, metavar="history",
-                                 parser_class=type(parser))
-    history = what.add_parser("history", help="the last runs: revision, counts, result")
-    history.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR")
-    history.add_argument("--format", choices=("text", "json"), default="text")
-    history.add_argument("--limit", type=int, default=20, metavar="N",
-                         help="show the last N runs (default 20; 0: all kept)")
-    history.set_defaults(func=history_command)
 
 
 def options_of(args: argparse.Namespace) -> Options:
