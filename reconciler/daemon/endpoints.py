@@ -39,16 +39,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 
 from ..errors import UnetError
 from . import webhook
 from .history import write_atomic
 from .metrics import PORT_FILE, Metrics
-
-if TYPE_CHECKING:
-    from http.server import ThreadingHTTPServer
 
 START_TIMEOUT = 30.0  # seconds for the process to start and listen
 WAKE = b"w"
@@ -76,8 +82,6 @@ class Endpoints:
 
     def publish(self, metrics: Metrics) -> None:
         """What the endpoints serve until the next call."""
-        from prometheus_client import generate_latest
-
         state = {"metrics": generate_latest(metrics.registry).decode(),
                  "ready": metrics.ready, "readiness": metrics.readiness()}
         try:
@@ -157,8 +161,6 @@ class _Served:
     """What the daemon last published, and the webhooks counted here."""
 
     def __init__(self, secret: bytes | None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge
-
         self.secret = secret
         self.metrics, self.ready, self.readiness = "", False, {"ready": False}
         self.registry = CollectorRegistry()
@@ -189,94 +191,6 @@ class _Served:
         except OSError as exc:
             if exc.errno != errno.EPIPE:
                 raise
-
-
-def _handler(served: _Served) -> type:
-    from http.server import BaseHTTPRequestHandler
-
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    class Handler(BaseHTTPRequestHandler):
-        def version_string(self) -> str:
-            return "unet"  # not BaseHTTP's and Python's versions, to whoever asks
-
-        def setup(self) -> None:
-            self.connection = self.request
-            self.reading = _Reading(self.connection, served.cut)
-            self.rfile = io.BufferedReader(self.reading)
-            self.wfile = _Answer(self.connection, served.cut)
-            # For an answer before the request's line is read (431).
-            self.requestline, self.request_version = "", self.protocol_version
-            self.refused = False  # answered before the request was read whole
-
-        def handle(self) -> None:
-            try:
-                self.handle_one_request()
-            except _HeadTooLarge:
-                served.cut("too_large")
-                self._refuse(431, f"a request's line and headers take up to "
-                                  f"{HEAD_BYTES >> 10} KiB\n".encode())
-
-        def finish(self) -> None:
-            super().finish()
-            if self.refused:
-                _linger(self.connection)
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                body = served.metrics.encode() + generate_latest(served.registry)
-                self._send(200, body, CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._send(200, b"ok\n", "text/plain")
-            elif path == "/readyz":
-                body = json.dumps(served.readiness).encode() + b"\n"
-                self._send(200 if served.ready else 503, body, "application/json")
-            else:
-                self._send(404, b"not found: try /metrics, /healthz or /readyz\n", "text/plain")
-
-        def do_POST(self) -> None:
-            if self.path.split("?", 1)[0] != webhook.PATH or served.secret is None:
-                self._refuse(404, b"not found\n")
-                return
-            text = self.headers.get("Content-Length") or "0"
-            length = int(text) if text.isdigit() else -1
-            if not 0 <= length <= webhook.MAX_BODY:
-                if length > 0:
-                    served.cut("too_large")
-                self._refuse(413 if length > 0 else 400, b"a body of up to 1 MiB, with its "
-                             b"Content-Length\n")
-                return
-            self.reading.allow(BODY_SECONDS, length)
-            body = self.rfile.read(length)
-            if not webhook.verified(served.secret, body,
-                                    self.headers.get(webhook.SIGNATURE_HEADER)):
-                served.webhooks.labels("refused").inc()
-                self._send(401, b"signature missing or wrong\n", "text/plain")
-            elif self.headers.get("X-GitHub-Event") == "ping":
-                served.webhooks.labels("ping").inc()
-                self._send(200, b"pong\n", "text/plain")
-            else:
-                served.webhooks.labels("triggered").inc()
-                served.wake()
-                self._send(202, b"fetching\n", "text/plain")
-
-        def _refuse(self, status: int, text: bytes) -> None:
-            """An answer given before the request was read whole."""
-            self.refused = True
-            self._send(status, text, "text/plain")
-
-        def _send(self, status: int, body: bytes, kind: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # requests are not worth a log line each
-
-    return Handler
 
 
 class _HeadTooLarge(Exception):
@@ -356,53 +270,140 @@ def _linger(sock: socket.socket) -> None:
                 return
 
 
-def _server() -> Callable[[tuple[str, int], type, _Served], ThreadingHTTPServer]:
-    from http.server import ThreadingHTTPServer
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, MAX_CONNECTIONS at most: at the limit, a new connection
+    closes the one open longest. A probe sends its request at once and is answered
+    within milliseconds, so it is never the oldest one for long."""
 
-    class Server(ThreadingHTTPServer):
-        """A thread per connection, MAX_CONNECTIONS at most: at the limit, a new connection
-        closes the one open longest. A probe sends its request at once and is answered
-        within milliseconds, so it is never the oldest one for long."""
+    daemon_threads = True
+    request_queue_size = 128  # connections the kernel holds until they are accepted
 
-        daemon_threads = True
-        request_queue_size = 128  # connections the kernel holds until they are accepted
+    def __init__(self, address: tuple[str, int], handler: type, served: _Served) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.served = served
+        self.open: dict[socket.socket, None] = {}  # oldest first
+        self.guard = threading.Lock()
+        super().__init__(address, handler)
+        served.open.set_function(lambda: len(self.open))
 
-        def __init__(self, address: tuple[str, int], handler: type, served: _Served) -> None:
-            self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-            self.served = served
-            self.open: dict[socket.socket, None] = {}  # oldest first
-            self.guard = threading.Lock()
-            super().__init__(address, handler)
-            served.open.set_function(lambda: len(self.open))
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:  # `::` takes IPv4 clients too
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
-        def server_bind(self) -> None:
-            if self.address_family == socket.AF_INET6:  # `::` takes IPv4 clients too
-                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            super().server_bind()
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.guard:
+            while len(self.open) >= MAX_CONNECTIONS:
+                oldest = next(iter(self.open))
+                del self.open[oldest]
+                with contextlib.suppress(OSError):  # its thread wakes up and closes it
+                    oldest.shutdown(socket.SHUT_RDWR)
+                self.served.cut("limit")
+            self.open[request] = None
+        super().process_request(request, client_address)
 
-        def process_request(self, request: Any, client_address: Any) -> None:
-            with self.guard:
-                while len(self.open) >= MAX_CONNECTIONS:
-                    oldest = next(iter(self.open))
-                    del self.open[oldest]
-                    with contextlib.suppress(OSError):  # its thread wakes up and closes it
-                        oldest.shutdown(socket.SHUT_RDWR)
-                    self.served.cut("limit")
-                self.open[request] = None
-            super().process_request(request, client_address)
+    def shutdown_request(self, request: Any) -> None:
+        with self.guard:
+            self.open.pop(request, None)
+        super().shutdown_request(request)
 
-        def shutdown_request(self, request: Any) -> None:
-            with self.guard:
-                self.open.pop(request, None)
-            super().shutdown_request(request)
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that left or was cut is no error; anything else is, with its
+        traceback."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
-        def handle_error(self, request: Any, client_address: Any) -> None:
-            """A client that left or was cut is no error; anything else is, with its
-            traceback."""
-            if not isinstance(sys.exc_info()[1], OSError):
-                super().handle_error(request, client_address)
 
-    return Server
+class _Handler(BaseHTTPRequestHandler):
+    """One client's request to the endpoints, read within its bounds (_Reading), answered
+    within WRITE_SECONDS (_Answer)."""
+
+    server: _Server
+
+    @property
+    def served(self) -> _Served:
+        return self.server.served
+
+    def version_string(self) -> str:
+        return "unet"  # not BaseHTTP's and Python's versions, to whoever asks
+
+    def setup(self) -> None:
+        self.connection = self.request
+        self.reading = _Reading(self.connection, self.served.cut)
+        self.rfile = io.BufferedReader(self.reading)
+        self.wfile = _Answer(self.connection, self.served.cut)
+        # For an answer before the request's line is read (431).
+        self.requestline, self.request_version = "", self.protocol_version
+        self.refused = False  # answered before the request was read whole
+
+    def handle(self) -> None:
+        try:
+            self.handle_one_request()
+        except _HeadTooLarge:
+            self.served.cut("too_large")
+            self._refuse(431, f"a request's line and headers take up to "
+                              f"{HEAD_BYTES >> 10} KiB\n".encode())
+
+    def finish(self) -> None:
+        super().finish()
+        if self.refused:
+            _linger(self.connection)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            body = self.served.metrics.encode() + generate_latest(self.served.registry)
+            self._send(200, body, CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            self._send(200, b"ok\n", "text/plain")
+        elif path == "/readyz":
+            body = json.dumps(self.served.readiness).encode() + b"\n"
+            self._send(200 if self.served.ready else 503, body, "application/json")
+        else:
+            self._send(404, b"not found: try /metrics, /healthz or /readyz\n", "text/plain")
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0] != webhook.PATH or self.served.secret is None:
+            self._refuse(404, b"not found\n")
+            return
+        text = self.headers.get("Content-Length") or "0"
+        length = int(text) if text.isdigit() else -1
+        if not 0 <= length <= webhook.MAX_BODY:
+            if length > 0:
+                self.served.cut("too_large")
+            self._refuse(413 if length > 0 else 400, b"a body of up to 1 MiB, with its "
+                         b"Content-Length\n")
+            return
+        self.reading.allow(BODY_SECONDS, length)
+        self._webhook(self.rfile.read(length), self.served.secret)
+
+    def _webhook(self, body: bytes, secret: bytes) -> None:
+        """A Git push webhook: it wakes the daemon when signed with the secret."""
+        if not webhook.verified(secret, body, self.headers.get(webhook.SIGNATURE_HEADER)):
+            self.served.webhooks.labels("refused").inc()
+            self._send(401, b"signature missing or wrong\n", "text/plain")
+        elif self.headers.get("X-GitHub-Event") == "ping":
+            self.served.webhooks.labels("ping").inc()
+            self._send(200, b"pong\n", "text/plain")
+        else:
+            self.served.webhooks.labels("triggered").inc()
+            self.served.wake()
+            self._send(202, b"fetching\n", "text/plain")
+
+    def _refuse(self, status: int, text: bytes) -> None:
+        """An answer given before the request was read whole."""
+        self.refused = True
+        self._send(status, text, "text/plain")
+
+    def _send(self, status: int, body: bytes, kind: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # requests are not worth a log line each
 
 
 def main() -> None:
@@ -414,7 +415,7 @@ def main() -> None:
     secret = bytes.fromhex(config["secret"]) if config["secret"] is not None else None
     served = _Served(secret)
     try:
-        server = _server()((config["address"], config["port"]), _handler(served), served)
+        server = _Server((config["address"], config["port"]), _Handler, served)
     except OSError as exc:
         print(f"error {exc.strerror}", flush=True)
         return
