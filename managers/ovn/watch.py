@@ -144,8 +144,7 @@ class OvnWatch(Watch):
             raise OvnError(f"{self.failure or 'the watch is not connected'}; the next run "
                            "reads the database itself")
         try:
-            with rpc.busy:
-                rpc._request("echo", [])
+            rpc.echo()
         except ConnectionLost as exc:
             raise OvnError(f"watching {self.nb.remote}: {exc}; the next run reads the "
                            "database itself") from exc
@@ -196,13 +195,7 @@ class OvnWatch(Watch):
                 while not self._closed.is_set():
                     rpc = self._rpc
                     assert rpc is not None
-                    with rpc.busy:
-                        if time.monotonic() - rpc.heard > self._probe:
-                            rpc._send(b'{"id":"probe","method":"echo","params":[]}')
-                        message = rpc._receive(until=time.monotonic() + _SLICE)
-                        if message is not None:
-                            rpc._handle(message)
-                    if message is None:
+                    if not rpc.listen(_SLICE, quiet=self._probe):
                         time.sleep(0.01)  # let `sync` have the connection
             except Exception as exc:  # the server is away: keep trying, report meanwhile
                 self.failure = f"watching {self.nb.remote}: {exc}"
@@ -214,11 +207,8 @@ class OvnWatch(Watch):
     def _connect(self) -> None:
         rpc = Rpc(self.nb.remote, self.nb.timeouts, self.nb.tls)
         rpc.on_update = self._notified
-        with rpc.busy:
-            found, last, updates = rpc._request("monitor_cond_since", [
-                "OVN_Northbound", OURS, self._ours_requests(), self.last_txn])
-            others = rpc._request("monitor_cond", ["OVN_Northbound", OTHERS,
-                                                   self._others_requests()])
+        found, last, updates = rpc.monitor_cond_since(OURS, self._ours_requests(), self.last_txn)
+        others = rpc.monitor_cond(OTHERS, self._others_requests())
         with self._lock:
             if not found:
                 self.rows = {table: {} for table in MANAGED_COLUMNS}
