@@ -7,23 +7,21 @@ can be orphaned. A wave of steps is one transaction (large waves are split);
 every transaction's result is checked.
 
 One connection of unet's own (`rpc.py`), to the leader of a cluster (the only
-server of a standalone database): it gives the schema, plain OVSDB `transact`
-requests read the installation's rows with one `select` and write each wave as
-one transaction of insert/update/delete/mutate operations built from the plan,
-and it holds the installation's lock, which every write asserts (`fence.py`).
-When it is lost (the leader died, say), it is made again to the new leader. An
-OVS IDL would convert every value of every row twice (to its own types and
-back), which cost more than the server's own work.
+server of a standalone database): it gives the schema (`schema.py`), plain OVSDB
+`transact` requests read the installation's rows with one `select` (turned into
+objects by `codec.py`) and write each wave as one transaction of
+insert/update/delete/mutate operations built from the plan, and it
+holds the installation's lock, which every write asserts (`fence.py`). When it is lost
+(the leader died, say), it is made again to the new leader. An OVS IDL would convert
+every value of every row twice (to its own types and back), which cost more than the
+server's own work.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
-
-import ovs.db.schema
 
 from managers.sdk import (
     TAG_HASH,
@@ -33,43 +31,32 @@ from managers.sdk import (
     ApplyOutcome,
     BackendObject,
     Change,
-    Observation,
     ProgressFactory,
     Step,
 )
 
+from .codec import (
+    LABEL_COLUMNS,
+    OvnObservation,
+    Row,
+    atoms,
+    encode,
+    keys_of,
+    label,
+    rows_inside,
+    to_object,
+    unnamed_inside,
+)
 from .fence import ConcurrentWrite, Fence, Interrupted, LockTimeout, OvnError
-from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
 from .rpc import ConnectionLost, Rpc, Timeouts, TlsFailed
+from .schema import MANAGED_COLUMNS, NAMED_TABLES, PARENT_COLUMNS, REF_COLUMNS, Schema
 from .tls import TlsClient
 
 __all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "OvnError", "OvnObservation"]
 
-#: Tables whose rows people and ovn-nbctl find by name: a foreign row there blocks the name.
-NAMED_TABLES = ("Logical_Switch", "Logical_Router", "Logical_Switch_Port", "Logical_Router_Port",
-                "Port_Group", "Address_Set", "Gateway_Chassis")
 MAX_ROWS_PER_TRANSACTION = 5000
 #: Seconds a waiter for a held lock stays queued before it asks again.
 _HOLD_POLL = 5.0
-
-
-@dataclass
-class OvnObservation(Observation):
-    manager: str = ""
-    foreign_names: dict[str, set[str]] = field(default_factory=dict)  # table -> names not ours
-    foreign_children: list[str] = field(default_factory=list)  # unnamed, not ours, in ours
-    uuids: dict[str, tuple[str, str]] = field(default_factory=dict)  # key → (table, UUID)
-
-    def conflicts(self, desired: Sequence[BackendObject]) -> list[str]:
-        return [f"{obj.table} named '{obj.fields.get('name')}' (for {obj.owner}) already "
-                "exists and is not managed by this installation"
-                for obj in desired
-                if obj.manager == self.manager
-                and obj.fields.get("name") in self.foreign_names.get(obj.table, ())]
-
-    def unmanaged(self) -> list[str]:
-        return [f"{table} {name}" for table, names in sorted(self.foreign_names.items())
-                for name in sorted(names)] + list(self.foreign_children)
 
 
 class Northbound:
@@ -85,10 +72,7 @@ class Northbound:
             raise OvnError("an ssl: remote needs sslKey, sslCert and sslCaCert in the ovn "
                            "config")
         self._first: Rpc | None = Rpc(remote, self.timeouts, tls)  # kept for the first fence
-        schema = self._schema()
-        self.db = schema  # its tables' column types decode and encode values
-        self.schema = {name: table.columns for name, table in schema.tables.items()}
-        self.holding = _holding_columns(schema)
+        self.schema = self._schema()  # its tables' column types decode and encode values
         self.fences: dict[str, Fence] = {}  # per installation: its lock and writes
         # While applying: our rows, key → (table, UUID), and the keys of those inserted.
         self.uuids: dict[str, tuple[str, str]] = {}
@@ -101,11 +85,11 @@ class Northbound:
         if self._first is not None:
             self._first.close()
 
-    def _schema(self) -> ovs.db.schema.DbSchema:
+    def _schema(self) -> Schema:
         """The server's schema, read on the first connection."""
         assert self._first is not None
         try:
-            return ovs.db.schema.DbSchema.from_json(self._first.schema())
+            return Schema.from_json(self._first.schema())
         except TlsFailed as exc:  # it names the server and what failed
             self._first.close()
             raise OvnError(str(exc)) from exc
@@ -127,32 +111,45 @@ class Northbound:
 
     # -- observe ----------------------------------------------------------------------------
     def observe(self, installation: str, manager: str) -> OvnObservation:
-        operations = [_select(table, installation, True, self.holding.get(table, {}))
+        """The installation's rows as objects, and the names of everyone else's rows."""
+        operations = [_select(table, installation, self.schema.columns_read(table))
                       for table in MANAGED_COLUMNS]
-        operations += [_select(table, installation, False) for table in NAMED_TABLES]
+        operations += [_select(table, installation) for table in NAMED_TABLES]
         results = self.fence(installation).read(operations)
         ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
-        keys = _keys(ours)
-        inside = _foreign_inside(ours, self.holding, keys[0])
-        described = self._describe(installation, {child for found in inside.values()
-                                                  for child in found})
-        return _observe(self.db, ours, names, manager, keys, inside, described)
+        key_of, uuids = keys_of(ours)
+        inside = {row["_uuid"][1]: found for table in self.schema.holding for row in ours[table]
+                  if (found := rows_inside(self.schema, table, row, key_of))}
+        described = self.describe(installation, {child for found in inside.values()
+                                                 for child in found})
+        parent_of = _parents(ours, key_of)
+        objects = [to_object(self.schema, table, row, key_of, parent_of, manager,
+                             tuple(sorted(described[c] for _t, c in inside.get(uuid, ()))))
+                   for table in sorted(ours) for row in ours[table]
+                   if (uuid := row["_uuid"][1]) in key_of]
+        children = sorted(text for table in PARENT_COLUMNS for row in ours[table]
+                          for text in unnamed_inside(table, row,
+                                                     inside.get(row["_uuid"][1], [])))
+        foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
+        return OvnObservation(objects, None, manager, foreign, children, uuids)
 
-    def _describe(self, installation: str, children: set[tuple[str, str]]) -> dict[str, str]:
-        """UUID → how people know each of these rows of others (one request for all)."""
-        if not children:
+    def describe(self, installation: str, rows: set[tuple[str, str]]) -> dict[str, str]:
+        """UUID → how people know each of these rows of others, (table, UUID) each (one
+        request for all)."""
+        if not rows:
             return {}
-        order = sorted(children)
+        order = sorted(rows)
         operations = []
         for table, uuid in order:
-            columns = [c for c in _LABELS.get(table, ("name",)) if c in self.schema[table]]
+            columns = [c for c in LABEL_COLUMNS.get(table, ("name",))
+                       if self.schema.has_column(table, c)]
             operations.append({"op": "select", "table": table, "columns": columns,
                                "where": [["_uuid", "==", ["uuid", uuid]]]})
         out = {}
         for (table, uuid), found in zip(order, self.fence(installation).read(operations),
                                         strict=True):
-            out[uuid] = _label(table, uuid, found[0] if found else {})
+            out[uuid] = label(table, uuid, found[0] if found else {})
         return out
 
     # -- apply ------------------------------------------------------------------------------
@@ -167,7 +164,7 @@ class Northbound:
         for index, wave in enumerate(waves):
             report = progress(index + 1, len(waves), len(wave))
             done = 0
-            for chunk in _chunks(list(wave), MAX_ROWS_PER_TRANSACTION):
+            for chunk in chunks(list(wave)):
                 self._apply_chunk(chunk, changes, installation)
                 for step in chunk:
                     outcome.did(step)
@@ -180,24 +177,25 @@ class Northbound:
         (someone may have added one since the plan was made, while it was being read).
         Each delete also asserts it in its own transaction; this stops the apply before it
         begins rather than half-way."""
+        holding = self.schema.holding
         doomed = sorted({c.before.key for c in changes.values()
                          if c.before is not None and c.action.deletes
                          and c.before.key in self.uuids
-                         and self.uuids[c.before.key][0] in self.holding})
+                         and self.uuids[c.before.key][0] in holding})
         if not doomed:
             return
         operations = [{"op": "select", "table": self.uuids[key][0],
                        "where": [["_uuid", "==", ["uuid", self.uuids[key][1]]]],
-                       "columns": list(self.holding[self.uuids[key][0]])} for key in doomed]
+                       "columns": list(holding[self.uuids[key][0]])} for key in doomed]
         ours = {uuid for _table, uuid in self.uuids.values()}
         fence = self.fence(installation)
         for key, found in zip(doomed, fence.read(operations), strict=True):
             table = self.uuids[key][0]
-            others = {(self.holding[table][column], child) for row in found
-                      for column in self.holding[table]
-                      for child in _atoms(row[column]) if child not in ours}
+            others = {(holding[table][column], child) for row in found
+                      for column in holding[table]
+                      for child in atoms(row[column]) if child not in ours}
             if others:
-                described = sorted(self._describe(installation, others).values())
+                described = sorted(self.describe(installation, others).values())
                 raise OvnError(f"HOLDS_FOREIGN_OBJECTS: {table} {key} now holds what unet does "
                                f"not own ({', '.join(described)}), added since the plan was "
                                "made; deleting it would destroy them. Nothing was applied: "
@@ -208,20 +206,20 @@ class Northbound:
         """One transaction; after a lost connection, again unless it did commit."""
         fence = self.fence(installation)
         while True:
-            wave = _Wave(steps, changes, self.uuids, self.inserted, installation, self.db,
-                         self.holding)
-            if not wave.operations:
+            transaction = Transaction(steps, changes, self.uuids, self.inserted, installation,
+                                      self.schema)
+            if not transaction.operations:
                 return
             try:
-                results = fence.write(wave.operations)
+                results = fence.write(transaction.operations)
             except Interrupted:
                 if self._recover(fence, installation):
-                    self.inserted.update(obj.key for obj in wave.created)
+                    self.inserted.update(obj.key for obj in transaction.created)
                     return
                 continue
-            wave.check(results)
-            wave.settle(results, self.uuids)
-            self.inserted.update(obj.key for obj in wave.created)
+            transaction.check(results)
+            transaction.settle(results, self.uuids)
+            self.inserted.update(obj.key for obj in transaction.created)
             return
 
     def _recover(self, fence: Fence, installation: str) -> bool:
@@ -239,10 +237,10 @@ class Northbound:
 
     def _our_uuids(self, installation: str) -> dict[str, tuple[str, str]]:
         """Key → (table, UUID) of the installation's rows."""
-        operations = [{**_select(table, installation, True), "columns": ["_uuid", "external_ids"]}
+        operations = [_select(table, installation, ("external_ids",))
                       for table in MANAGED_COLUMNS]
         results = self.fence(installation).read(operations)
-        _key_of, uuids = _keys(dict(zip(MANAGED_COLUMNS, results, strict=True)))
+        _key_of, uuids = keys_of(dict(zip(MANAGED_COLUMNS, results, strict=True)))
         return uuids
 
     # -- lock -------------------------------------------------------------------------------
@@ -290,209 +288,57 @@ class Northbound:
                     return
 
 
-def _chunks(items: list[Step], size: int) -> Iterator[list[Step]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
-# --- observe --------------------------------------------------------------------------------
-
-
-# Columns read and written per table: the managed ones, the tags, parents' and references.
-_COLUMNS: dict[str, tuple[str, ...]] = {
-    table: tuple(dict.fromkeys((*columns, "external_ids", *PARENT_COLUMNS.get(table, ()),
-                                *REF_COLUMNS.get(table, ()))))
-    for table, columns in MANAGED_COLUMNS.items()
-}
-
-
-def _select(table: str, installation: str, ours: bool,
-            holding: dict[str, str] | None = None) -> dict[str, Any]:
-    """Our rows with the columns unet uses (and those holding rows inside them), or the
-    names of everyone else's rows."""
-    tag = ["external_ids", "includes" if ours else "excludes",
+def _select(table: str, installation: str, columns: Sequence[str] | None = None
+            ) -> dict[str, Any]:
+    """The installation's rows with `columns`; without, the names of everyone else's rows."""
+    tag = ["external_ids", "includes" if columns is not None else "excludes",
            ["map", [[TAG_INSTALLATION, installation]]]]
-    columns = list(dict.fromkeys(["_uuid", *_COLUMNS[table], *(holding or {})])) if ours \
-        else ["_uuid", "name"]
-    return {"op": "select", "table": table, "where": [tag], "columns": columns}
+    return {"op": "select", "table": table, "where": [tag],
+            "columns": ["_uuid", *columns] if columns is not None else ["_uuid", "name"]}
 
 
-def _holding_columns(schema: Any) -> dict[str, dict[str, str]]:
-    """Per table of ours, the columns whose rows live only inside the row (strong references
-    to non-root tables), with the table they hold: what is there goes with the row."""
-    out: dict[str, dict[str, str]] = {}
-    for table in MANAGED_COLUMNS:
-        for name, column in schema.tables[table].columns.items():
-            child = column.type.key.ref_table_name
-            if child and column.type.key.ref_type == "strong" \
-                    and not schema.tables[child].is_root:
-                out.setdefault(table, {})[name] = child
-    return out
-
-
-def _foreign_inside(ours: dict[str, list[dict[str, Any]]], holding: dict[str, dict[str, str]],
-                    key_of: dict[str, str]) -> dict[str, list[tuple[str, str]]]:
-    """UUID of each of our rows → the rows of others it holds, as (table, UUID)."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    for table, columns in holding.items():
-        for row in ours[table]:
-            for column, child_table in columns.items():
-                for child in _atoms(row[column]):
-                    if child not in key_of:
-                        out.setdefault(row["_uuid"][1], []).append((child_table, child))
-    return out
-
-
-def _observe(db: Any, ours: dict[str, list[dict[str, Any]]],
-             names: dict[str, list[dict[str, Any]]], manager: str,
-             keys: tuple[dict[str, str], dict[str, tuple[str, str]]],
-             inside: dict[str, list[tuple[str, str]]], described: dict[str, str]) -> OvnObservation:
-    """Backend objects from the rows of a `select` (OVSDB's JSON, decoded here)."""
-    key_of, uuids = keys
+def _parents(ours: dict[str, list[Row]], key_of: dict[str, str]
+             ) -> dict[str, tuple[str, str]]:
+    """Child UUID → (parent key, column), of the children of our rows."""
     parent_of: dict[str, tuple[str, str]] = {}
     for table, columns in PARENT_COLUMNS.items():
         for row in ours[table]:
             for column in columns:
-                for child in _atoms(row[column]):
+                for child in atoms(row[column]):
                     parent_of[child] = (key_of[row["_uuid"][1]], column)
-    children = sorted(f"{child_table} {child} in {table} {row.get('name')}"
-                      for table in PARENT_COLUMNS for row in ours[table]
-                      for child_table, child in inside.get(row["_uuid"][1], ())
-                      if child_table not in NAMED_TABLES)
-    objects = [_object(db, table, row, key_of, parent_of, manager,
-                       tuple(sorted(described[c] for _t, c in inside.get(row["_uuid"][1], ()))))
-               for table in sorted(ours) for row in ours[table] if row["_uuid"][1] in key_of]
-    foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
-    return OvnObservation(objects, None, manager, foreign, children, uuids)
-
-
-#: The columns that tell people which row of others this is, for tables without a name.
-_LABELS: dict[str, tuple[str, ...]] = {
-    "ACL": ("direction", "priority", "action", "match"),
-    "NAT": ("type", "external_ip", "logical_ip"),
-    "Logical_Router_Static_Route": ("ip_prefix", "nexthop"),
-    "Logical_Router_Policy": ("priority", "action", "match"),
-    "QoS": ("direction", "priority", "match"),
-}
-
-
-def _label(table: str, uuid: str, row: dict[str, Any]) -> str:
-    if "name" in row and not isinstance(row["name"], list):
-        return f"{table} {row['name']}"
-    values = {column: _atom(value) for column, value in row.items()}
-    if table == "NAT":
-        text = f"{values['type']} {values['external_ip']} ↔ {values['logical_ip']}"
-    elif table == "Logical_Router_Static_Route":
-        text = f"{values['ip_prefix']} via {values['nexthop']}"
-    elif "match" in values:
-        parts = [str(values[c]) for c in _LABELS[table] if c != "match"]
-        text = " ".join(parts) + f" `{values['match']}`"
-    else:
-        return f"{table} {uuid}"
-    return f"{table} {uuid} ({text})"
-
-
-def _keys(ours: dict[str, list[dict[str, Any]]]
-          ) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-    """Row UUID → key, and key → (table, UUID). Two rows with one key (copied by hand,
-    say) would stop every plan: the first by UUID keeps the key, the others get keys
-    nothing desires, so they go."""
-    key_of: dict[str, str] = {}
-    uuids: dict[str, tuple[str, str]] = {}
-    for table in MANAGED_COLUMNS:
-        found = sorted((_tag(row, TAG_KEY), row["_uuid"][1]) for row in ours[table])
-        for key, uuid in found:
-            if key is None:
-                continue
-            if key in uuids:
-                key = f"{key}#duplicate-{uuid}"
-            key_of[uuid] = key
-            uuids[key] = (table, uuid)
-    return key_of, uuids
-
-
-def _object(db: Any, table: str, row: dict[str, Any], key_of: dict[str, str],
-            parent_of: dict[str, tuple[str, str]], manager: str,
-            holds: tuple[str, ...]) -> BackendObject:
-    uuid = row["_uuid"][1]
-    fields = {name: decode(row[name]) for name, decode in _decoders(db, table)}
-    refs = {}
-    for column in REF_COLUMNS.get(table, ()):
-        keys = tuple(sorted(key_of.get(t, f"foreign:{t}") for t in _atoms(row[column])))
-        if keys:
-            refs[column] = keys
-    meta = dict(row["external_ids"][1])
-    owner = meta.pop(TAG_OWNER, "")
-    meta.pop(TAG_INSTALLATION, None)
-    meta.pop(TAG_KEY, None)
-    return BackendObject(manager, table, key_of[uuid], owner, fields, refs,
-                         parent_of.get(uuid), frozenset(), meta, holds)
-
-
-_DECODERS: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
-
-
-def _decoders(db: Any, table: str) -> list[tuple[str, Callable[[Any], Any]]]:
-    """Per managed column, the function that decodes its values (chosen once per table)."""
-    found = _DECODERS.get(table)
-    if found is None:
-        schema = db.tables[table].columns
-        found = _DECODERS[table] = [(name, _decoder(schema[name].type))
-                                    for name in MANAGED_COLUMNS[table]]
-    return found
-
-
-def _tag(row: dict[str, Any], name: str) -> str | None:
-    return next((value for key, value in row["external_ids"][1] if key == name), None)
-
-
-def _atom(value: Any) -> Any:
-    return value[1] if isinstance(value, list) else value  # ["uuid", "..."] → "..."
-
-
-def _atoms(value: Any) -> list[Any]:
-    """Elements of a set as OVSDB sends it: ["set", [...]], or a lone element."""
-    if isinstance(value, list) and value and value[0] == "set":
-        return [_atom(v) for v in value[1]]
-    return [_atom(value)]
-
-
-def _decoder(kind: Any) -> Callable[[Any], Any]:
-    """Column values as the renderers write them: None, scalar, sorted list or dict."""
-    if kind.is_map():
-        return lambda value: {str(_atom(k)): _atom(v) for k, v in sorted(value[1])}
-    if kind.is_optional():
-        return lambda value: next(iter(_atoms(value)), None)
-    if kind.is_set():
-        return lambda value: sorted(_atoms(value))
-    return _atom
+    return parent_of
 
 
 # --- apply ----------------------------------------------------------------------------------
 
 
-class _Wave:
-    """The OVSDB operations of one transaction's steps.
+Operation = dict[str, Any]
 
-    Rows inserted here get names; references to them use the names, references to
-    existing rows their UUIDs. A row joins (or leaves) its parent's column in the same
-    transaction, and rows the transaction needs are asserted to exist (`wait`), so a
-    row deleted meanwhile fails the whole transaction instead of orphaning a child.
-    """
+
+def chunks(items: list[Step], size: int = MAX_ROWS_PER_TRANSACTION) -> Iterator[list[Step]]:
+    """`items` in runs of at most `size`."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class Transaction:
+    """The OVSDB operations of one transaction's steps (`operations`), and the objects it
+    inserts (`created`)."""
 
     def __init__(self, steps: list[Step], changes: dict[str, Change],
                  uuids: dict[str, tuple[str, str]], inserted: set[str], installation: str,
-                 db: Any, holding: dict[str, dict[str, str]]) -> None:
+                 schema: Schema) -> None:
+        """`uuids`: key → (table, UUID) of the rows there now; `inserted`: keys of the rows
+        inserted by earlier transactions of this apply."""
         self.uuids = uuids
-        self.holding = holding
-        self.inserted = inserted  # rows inserted by earlier transactions of this apply
+        self.schema = schema
+        self.inserted = inserted
         self.installation = installation
-        self.tables = db.tables
         self.names: dict[str, str] = {}  # key → uuid-name of the rows inserted here
         self.new_tables: dict[str, str] = {}  # key → table of the rows inserted here
         self.deleted: list[str] = []
         self.created: list[BackendObject] = []
-        self.operations: list[dict[str, Any]] = []
+        self.operations: list[Operation] = []
         self.asserted: set[str] = set()
         # (parent table, parent reference, column, "insert"|"delete") → children: one
         # mutation per parent, not one per child (a region's switch holds thousands)
@@ -552,7 +398,7 @@ class _Wave:
         if obj.parent is not None and obj.parent[0] in self.uuids:
             table, uuid = self.uuids[obj.parent[0]]
             self._mutate(table, ["uuid", uuid], obj.parent[1], "delete", ref)
-        columns = self.holding.get(found[0])
+        columns = self.schema.holding.get(found[0])
         if columns:  # our rows inside it went in earlier waves: anything left is someone's
             self.operations.append({"op": "wait", "timeout": 0, "table": found[0],
                                     "where": [["_uuid", "==", ref]], "columns": list(columns),
@@ -587,8 +433,8 @@ class _Wave:
                                 "row": self._row(after, before)})
 
     def _row(self, obj: BackendObject, before: BackendObject | None) -> dict[str, Any]:
-        columns = self.tables[obj.table].columns
-        row = {name: _value(value, columns[name].type) for name, value in obj.fields.items()
+        columns = self.schema.db.tables[obj.table].columns
+        row = {name: encode(value, columns[name].type) for name, value in obj.fields.items()
                if before is None or before.fields.get(name) != value}
         for column in REF_COLUMNS.get(obj.table, ()):
             wanted = obj.refs.get(column, ())
@@ -607,6 +453,7 @@ class _Wave:
         return row
 
     def check(self, results: list[Any]) -> None:
+        """Raises OvnError, saying why, when the server refused the transaction."""
         errors = [r for r in results if isinstance(r, dict) and r.get("error")]
         if not errors:
             return
@@ -627,14 +474,3 @@ class _Wave:
             uuids[obj.key] = (obj.table, uuid)
         for key in self.deleted:
             uuids.pop(key, None)
-
-
-def _value(value: Any, kind: Any) -> Any:
-    """A column value as OVSDB's JSON writes it."""
-    if kind.is_map():
-        return ["map", sorted([k, v] for k, v in value.items())]
-    if kind.is_optional():
-        return ["set", []] if value is None else value
-    if kind.is_set():
-        return ["set", list(value)]
-    return value

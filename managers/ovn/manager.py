@@ -28,7 +28,8 @@ from managers.sdk import (
 )
 
 if TYPE_CHECKING:
-    from .live import Northbound, OvnObservation
+    from .codec import OvnObservation
+    from .live import Northbound
     from .rpc import Timeouts
     from .tls import TlsClient, TlsFiles
     from .watch import OvnWatch
@@ -197,7 +198,7 @@ class OvnSession(Session):
 
     def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
               changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
-        from .live import OvnObservation
+        from .codec import OvnObservation
 
         assert isinstance(observation, OvnObservation)
         return self.nb.apply(observation.uuids, waves, changes, self.installation, progress)
