@@ -29,7 +29,7 @@ from managers.sdk import (
 
 if TYPE_CHECKING:
     from .codec import OvnObservation
-    from .live import Northbound
+    from .northbound import Northbound
     from .rpc import Timeouts
     from .tls import TlsClient, TlsFiles
     from .watch import OvnWatch
@@ -147,7 +147,7 @@ class OvnManager(FabricManager):
     @contextlib.contextmanager
     def connect(self, workdir: Path) -> Iterator[OvnSession]:
         from .embedded import EmbeddedNorthbound
-        from .live import Northbound
+        from .northbound import Northbound
 
         remote = self.config.northbound
         with contextlib.ExitStack() as stack:

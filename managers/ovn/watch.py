@@ -51,7 +51,7 @@ from .codec import (
     unnamed_inside,
 )
 from .fence import OvnError
-from .live import Northbound
+from .northbound import Northbound
 from .rpc import ConnectionLost, Rpc
 from .schema import MANAGED_COLUMNS, NAMED_TABLES, PARENT_COLUMNS
 
