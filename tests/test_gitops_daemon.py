@@ -25,7 +25,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from managers.ovn.embedded import EmbeddedNorthbound
-from managers.ovn.live import Northbound
+from managers.ovn.northbound import Northbound
 from reconciler.daemon.cli import parse_duration
 from reconciler.daemon.history import Run
 from reconciler.daemon.report import markdown_report

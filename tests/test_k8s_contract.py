@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from managers.contract import BackendLocked
-from managers.kubernetes import KubernetesConfig, KubernetesManager, live
+from managers.kubernetes import KubernetesConfig, KubernetesManager, client
+from managers.kubernetes.lease import Lease, holder_identity
 from reconciler.cli import main
 
 from .k8s_fixtures.server import USER, FakeCluster, refused_url, write_kubeconfig
@@ -224,7 +225,7 @@ def test_contract_saved_plan_applies_and_then_is_stale(env: Env) -> None:
 
 
 def test_contract_list_is_paged(applied: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(live, "LIST_PAGE", 3)
+    monkeypatch.setattr(client, "LIST_PAGE", 3)
     cluster = applied.clusters["hosting-a1"]
     cluster.requests.clear()
     code, out, _ = applied.plan("--detailed-exitcode")
@@ -622,7 +623,7 @@ def test_contract_lease_is_renewed_while_held_and_released(env: Env) -> None:
     a1 = env.clusters["hosting-a1"]
     with manager.connect(env.tmp) as session, session.lock(5, print):
         first = a1.get("leases", "unet-example", "unet-system")["spec"]
-        assert first["holderIdentity"] == live.holder_identity()
+        assert first["holderIdentity"] == holder_identity()
         assert first["leaseDurationSeconds"] == 2
         deadline = time.monotonic() + 5
         while a1.get("leases", "unet-example", "unet-system")["spec"]["renewTime"] == \
@@ -630,8 +631,8 @@ def test_contract_lease_is_renewed_while_held_and_released(env: Env) -> None:
             assert time.monotonic() < deadline, "the Lease was not renewed"
             time.sleep(0.05)
         # a second run (another holder) cannot take it while it is renewed
-        other = live.Lease(session.clusters["hosting-a1"], "unet-system", "unet-example", 2,
-                           identity="other-host pid 9")
+        other = Lease(session.clusters["hosting-a1"], "unet-system", "unet-example", 2,
+                      identity="other-host pid 9")
         with pytest.raises(BackendLocked, match="holds the Lease unet-system/unet-example"):
             other.acquire(1.0)
     released = a1.get("leases", "unet-example", "unet-system")["spec"]

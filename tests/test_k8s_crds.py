@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from managers.kubernetes.live import LABEL_INSTALLATION, to_backend, to_body
+from managers.kubernetes.codec import LABEL_INSTALLATION, to_backend, to_body
 from reconciler.desired import render_desired
 from reconciler.diff import Action, diff
 from reconciler.objects import TAG_HASH, TAG_IMMUTABLE, observed_allocations

@@ -1,7 +1,10 @@
 """The `kubernetes` manager: subnets bridged into hosting clusters (OVN-Kubernetes, MetalLB).
 
-Render (render.py) is pure. The live side (live.py) holds one API client per hosting
-cluster; a cluster that cannot be used fails only its own steps (docs/kubernetes.md).
+Render (render.py) is pure. The live side: the kinds unet writes (kinds.py), one API
+client per hosting cluster (client.py), objects read and written as backend objects
+(codec.py), the Lease that serialises runs (lease.py), observing (observe.py) and
+applying (apply.py); a cluster that cannot be used fails only its own steps
+(docs/kubernetes.md).
 """
 
 from __future__ import annotations
@@ -9,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,7 +36,9 @@ from managers.sdk import (
 )
 
 if TYPE_CHECKING:
-    from .live import Cluster, Lease
+    from .client import Cluster
+    from .lease import Lease
+    from .observe import KubernetesObservation
 
 
 class ClusterRef(ManagerConfig):
@@ -124,7 +128,7 @@ class KubernetesManager(ClusterManager):
 
     @contextlib.contextmanager
     def connect(self, workdir: Path) -> Iterator[KubernetesSession]:
-        from .live import Cluster
+        from .client import Cluster
 
         kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
         clusters: dict[str, Cluster] = {}
@@ -137,26 +141,6 @@ class KubernetesManager(ClusterManager):
         finally:
             for cluster in clusters.values():
                 cluster.close()
-
-
-@dataclass
-class KubernetesObservation(Observation):
-    manager: str = ""
-    foreign: dict[str, str] = field(default_factory=dict)  # key -> whose it is
-    uids: dict[str, str] = field(default_factory=dict)  # key -> uid, for safe deletes
-    terminating: set[str] = field(default_factory=set)  # keys of ours being deleted
-
-    def conflicts(self, desired: Sequence[BackendObject]) -> list[str]:
-        out = []
-        for obj in desired:
-            if obj.manager == self.manager and obj.key in self.foreign:
-                cluster, kind, name = obj.key.split("/", 2)
-                out.append(f"{kind} {name} on cluster {cluster} (for {obj.owner}) already "
-                           f"exists and is {self.foreign[obj.key]}; unet never overwrites it")
-        return out
-
-    def unmanaged(self) -> list[str]:
-        return [f"{key} ({whose})" for key, whose in sorted(self.foreign.items())]
 
 
 class KubernetesSession(Session):
@@ -172,7 +156,8 @@ class KubernetesSession(Session):
     @contextlib.contextmanager
     def lock(self, timeout: float, waiting: Callable[[str], None]) -> Iterator[None]:
         """The Lease unet-<installation> in leaseNamespace, on every usable cluster."""
-        from .live import KubernetesError, Lease, Renewer
+        from .client import KubernetesError
+        from .lease import Lease, Renewer
 
         duration = self.config.lease_duration_seconds
         try:
@@ -200,7 +185,7 @@ class KubernetesSession(Session):
     def hold(self, name: str) -> Iterator[Callable[[], bool]]:
         """The Lease unet-<installation>-<name> on the first usable cluster, renewed while
         held; when the holder stops renewing, it expires and the next waiter takes it."""
-        from .live import Lease, LockTimeout, Renewer
+        from .lease import Lease, LockTimeout, Renewer
 
         usable = [c for _n, c in sorted(self.clusters.items()) if c.error is None]
         if not usable:
@@ -222,7 +207,7 @@ class KubernetesSession(Session):
             lease.release()
 
     def observe(self) -> KubernetesObservation:
-        from .live import observe_cluster
+        from .observe import KubernetesObservation, observe_cluster
 
         observation = KubernetesObservation([], self._applied_digest(), self.manager)
         for _, cluster in sorted(self.clusters.items()):
@@ -234,6 +219,7 @@ class KubernetesSession(Session):
     def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
               changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
         from .apply import apply_steps
+        from .observe import KubernetesObservation
 
         assert isinstance(observation, KubernetesObservation)
         return apply_steps(self, observation, waves, changes, progress)
@@ -244,7 +230,7 @@ class KubernetesSession(Session):
         return readiness_report(self, changes, outcome)
 
     def _applied_digest(self) -> str | None:
-        from .live import ANNOTATION_APPLIED
+        from .lease import ANNOTATION_APPLIED
 
         if not self.leases or any(c.error for c in self.clusters.values()):
             return None
@@ -257,7 +243,7 @@ class KubernetesSession(Session):
     def record_applied(self, digest: str) -> None:
         import json
 
-        from .live import ANNOTATION_APPLIED
+        from .lease import ANNOTATION_APPLIED
 
         for name, lease in self.leases.items():
             if self.clusters[name].error is not None:

@@ -25,19 +25,14 @@ from managers.sdk import (
     each_step,
 )
 
-from .live import (
-    KINDS,
-    Cluster,
-    KubernetesError,
-    classify,
-    is_api_error,
-    is_connection_error,
-    to_body,
-)
+from .client import Cluster, KubernetesError, is_api_error, is_connection_error
+from .codec import classify, to_body
+from .kinds import KINDS
 from .render import POLICY_FOR
 
 if TYPE_CHECKING:
-    from . import KubernetesObservation, KubernetesSession
+    from . import KubernetesSession
+    from .observe import KubernetesObservation
 
 VERB = {"create": "patch", "update": "patch", "delete": "delete"}
 SHOWN = 10  # names listed per line before "and N more"

@@ -28,7 +28,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -197,7 +197,7 @@ class Fence:
             operations.append({"op": "insert", "table": "NB_Global", "row": {
                 "external_ids": ["map", sorted([k, v] for k, v in tags.items() if v)]}})
         else:
-            operations.append(_set_tags(row, tags))
+            operations.append(tags_mutation(row, tags))
         try:
             results = self.rpc.transact(operations)
         except ConnectionLost as exc:
@@ -219,7 +219,7 @@ class Fence:
         assert self.generation is not None and self.row is not None, "acquire() first"
         following = _token()
         guarded = [{"op": "assert", "lock": self.name}, self._still(), *operations,
-                   _set_tags(self.row, {GENERATION_TAG + self.installation: following}),
+                   tags_mutation(self.row, {GENERATION_TAG + self.installation: following}),
                    self._comment("writes")]
         self.pending = following
         try:
@@ -297,7 +297,7 @@ def _lost(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionLost) and not isinstance(exc, Unreachable)
 
 
-def _set_tags(row: str | None, tags: dict[str, str | None]) -> dict[str, Any]:
+def tags_mutation(row: str | None, tags: Mapping[str, str | None]) -> dict[str, Any]:
     """A mutate of NB_Global's external_ids: each key deleted, then set again if not None."""
     keys = ["set", sorted(tags)]
     values = ["map", sorted([k, v] for k, v in tags.items() if v is not None)]

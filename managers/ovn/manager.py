@@ -28,7 +28,8 @@ from managers.sdk import (
 )
 
 if TYPE_CHECKING:
-    from .live import Northbound, OvnObservation
+    from .codec import OvnObservation
+    from .northbound import Northbound
     from .rpc import Timeouts
     from .tls import TlsClient, TlsFiles
     from .watch import OvnWatch
@@ -146,7 +147,7 @@ class OvnManager(FabricManager):
     @contextlib.contextmanager
     def connect(self, workdir: Path) -> Iterator[OvnSession]:
         from .embedded import EmbeddedNorthbound
-        from .live import Northbound
+        from .northbound import Northbound
 
         remote = self.config.northbound
         with contextlib.ExitStack() as stack:
@@ -197,7 +198,7 @@ class OvnSession(Session):
 
     def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
               changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
-        from .live import OvnObservation
+        from .codec import OvnObservation
 
         assert isinstance(observation, OvnObservation)
         return self.nb.apply(observation.uuids, waves, changes, self.installation, progress)

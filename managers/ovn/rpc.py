@@ -179,6 +179,44 @@ class Rpc:
         with self.busy:
             return self._request("get_schema", [DATABASE])
 
+    # -- monitors (a replica of rows: watch.py) ---------------------------------------------
+    def monitor_cond_since(self, monitor: str, requests: dict[str, Any], last_txn: str
+                           ) -> tuple[bool, str, dict[str, Any]]:
+        """Start the conditional monitor `monitor` (`requests`: table → [{"columns", "where"}])
+        from the transaction `last_txn`: whether the server still had the history since
+        then, the id of the last transaction, and the rows as table-updates2 (what changed
+        since `last_txn` when it had the history, every row otherwise). Its updates come
+        to `on_update` as "update3"."""
+        with self.busy:
+            found, last, updates = self._request("monitor_cond_since",
+                                                 [DATABASE, monitor, requests, last_txn])
+        return found, last, updates
+
+    def monitor_cond(self, monitor: str, requests: dict[str, Any]) -> dict[str, Any]:
+        """Start the conditional monitor `monitor`: every row it selects, as table-updates2.
+        Its updates come to `on_update` as "update2"."""
+        with self.busy:
+            updates: dict[str, Any] = self._request("monitor_cond", [DATABASE, monitor, requests])
+        return updates
+
+    def echo(self) -> None:
+        """An echo request, answered: ovsdb-server sends a connection's pending messages
+        before any reply, so every update it sent before is handled by then."""
+        with self.busy:
+            self._request("echo", [])
+
+    def listen(self, seconds: float, quiet: float) -> bool:
+        """Handle the next message the server sends within `seconds` (updates go to
+        `on_update`), probing first a connection that has been silent for `quiet` seconds;
+        whether one came. Raises ConnectionLost."""
+        with self.busy:
+            if time.monotonic() - self.heard > quiet:
+                self._send(b'{"id":"probe","method":"echo","params":[]}')
+            message = self._receive(until=time.monotonic() + seconds)
+            if message is not None:
+                self._handle(message)
+        return message is not None
+
     def _request(self, method: str, params: list[Any]) -> Any:
         if self.stream is None:
             self._connect()

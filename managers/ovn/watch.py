@@ -40,18 +40,20 @@ from managers.sdk import (
     Watch,
 )
 
-from .fence import OvnError
-from .live import (
-    _COLUMNS,
-    NAMED_TABLES,
-    Northbound,
+from .codec import (
     OvnObservation,
-    _atoms,
-    _keys,
-    _object,
+    Row,
+    atoms,
+    keys_of,
+    rows_inside,
+    tag,
+    to_object,
+    unnamed_inside,
 )
-from .render import MANAGED_COLUMNS, PARENT_COLUMNS
+from .fence import OvnError
+from .northbound import Northbound
 from .rpc import ConnectionLost, Rpc
+from .schema import MANAGED_COLUMNS, NAMED_TABLES, PARENT_COLUMNS
 
 OURS, OTHERS = "unet-ours", "unet-others"
 _ZERO_TXN = "00000000-0000-0000-0000-000000000000"
@@ -59,8 +61,6 @@ _ZERO_TXN = "00000000-0000-0000-0000-000000000000"
 _SLICE = 0.02
 #: Seconds between attempts to connect again after the connection was lost.
 _RETRY = 1.0
-
-Row = dict[str, Any]
 
 
 class OvnWatch(Watch):
@@ -87,11 +87,9 @@ class OvnWatch(Watch):
         self._held: tuple[_Index, int, dict[str, Held]] | None = None  # the last held()
         self._owners: set[str] = set()
         self._everything = True  # the next plan must be a full one
-        self._columns = {table: [c for c in dict.fromkeys(
-            (*_COLUMNS[table], *nb.holding.get(table, {}))) if c != "_uuid"]
-            for table in MANAGED_COLUMNS}
-        self._defaults = {table: {c: _default(nb.db.tables[table].columns[c].type)
-                                  for c in columns} for table, columns in self._columns.items()}
+        self._columns = {table: list(nb.schema.columns_read(table)) for table in MANAGED_COLUMNS}
+        self._defaults = {table: {c: _default(nb.schema.type_of(table, c)) for c in columns}
+                          for table, columns in self._columns.items()}
         self._rpc: Rpc | None = None
         # A quiet connection is probed well before it would count as dead: over a unix
         # socket the server sends no inactivity probes of its own.
@@ -144,8 +142,7 @@ class OvnWatch(Watch):
             raise OvnError(f"{self.failure or 'the watch is not connected'}; the next run "
                            "reads the database itself")
         try:
-            with rpc.busy:
-                rpc._request("echo", [])
+            rpc.echo()
         except ConnectionLost as exc:
             raise OvnError(f"watching {self.nb.remote}: {exc}; the next run reads the "
                            "database itself") from exc
@@ -165,23 +162,21 @@ class OvnWatch(Watch):
             objects, inside, children = [], {}, []
             for table, uuid in wanted:  # one row decoded at a time: never all of them
                 row = _decoded(self.rows[table][uuid])
-                found = index.foreign_inside(table, row, self.nb.holding)
+                found = rows_inside(self.nb.schema, table, row, index.key_of)
                 if found:
                     inside[uuid] = found
                     if table in PARENT_COLUMNS:
-                        children += [f"{child_table} {child} in {table} {row.get('name')}"
-                                     for child_table, child in found
-                                     if child_table not in NAMED_TABLES]
+                        children += unnamed_inside(table, row, found)
                 if uuid in index.key_of:
-                    objects.append(_object(self.nb.db, table, row, index.key_of, parent_of,
-                                           self.manager, ()))
+                    objects.append(to_object(self.nb.schema, table, row, index.key_of,
+                                             parent_of, self.manager, ()))
             names = {table: set(found.values()) for table, found in self.others.items()
                      if found}
             uuids = dict(index.uuids)
             applied = self.global_ids.get(self.applied_tag)
         if inside:  # rows of others inside ours: described for people, with one request
-            described = self.nb._describe(self.installation,
-                                          {child for found in inside.values() for child in found})
+            described = self.nb.describe(self.installation,
+                                         {child for found in inside.values() for child in found})
             objects = [_with_holds(obj, inside.get(uuids[obj.key][1], ()), described)
                        for obj in objects]
         return OvnObservation(objects, applied or None, self.manager, names, sorted(children),
@@ -196,13 +191,7 @@ class OvnWatch(Watch):
                 while not self._closed.is_set():
                     rpc = self._rpc
                     assert rpc is not None
-                    with rpc.busy:
-                        if time.monotonic() - rpc.heard > self._probe:
-                            rpc._send(b'{"id":"probe","method":"echo","params":[]}')
-                        message = rpc._receive(until=time.monotonic() + _SLICE)
-                        if message is not None:
-                            rpc._handle(message)
-                    if message is None:
+                    if not rpc.listen(_SLICE, quiet=self._probe):
                         time.sleep(0.01)  # let `sync` have the connection
             except Exception as exc:  # the server is away: keep trying, report meanwhile
                 self.failure = f"watching {self.nb.remote}: {exc}"
@@ -214,11 +203,8 @@ class OvnWatch(Watch):
     def _connect(self) -> None:
         rpc = Rpc(self.nb.remote, self.nb.timeouts, self.nb.tls)
         rpc.on_update = self._notified
-        with rpc.busy:
-            found, last, updates = rpc._request("monitor_cond_since", [
-                "OVN_Northbound", OURS, self._ours_requests(), self.last_txn])
-            others = rpc._request("monitor_cond", ["OVN_Northbound", OTHERS,
-                                                   self._others_requests()])
+        found, last, updates = rpc.monitor_cond_since(OURS, self._ours_requests(), self.last_txn)
+        others = rpc.monitor_cond(OTHERS, self._others_requests())
         with self._lock:
             if not found:
                 self.rows = {table: {} for table in MANAGED_COLUMNS}
@@ -237,13 +223,13 @@ class OvnWatch(Watch):
             self.wake.set()
 
     def _ours_requests(self) -> dict[str, Any]:
-        tag = ["external_ids", "includes", ["map", [[TAG_INSTALLATION, self.installation]]]]
-        return {table: [{"columns": columns, "where": [tag]}]
+        ours = ["external_ids", "includes", ["map", [[TAG_INSTALLATION, self.installation]]]]
+        return {table: [{"columns": columns, "where": [ours]}]
                 for table, columns in self._columns.items()}
 
     def _others_requests(self) -> dict[str, Any]:
-        tag = ["external_ids", "excludes", ["map", [[TAG_INSTALLATION, self.installation]]]]
-        out: dict[str, Any] = {table: [{"columns": ["name"], "where": [tag]}]
+        others = ["external_ids", "excludes", ["map", [[TAG_INSTALLATION, self.installation]]]]
+        out: dict[str, Any] = {table: [{"columns": ["name"], "where": [others]}]
                                for table in NAMED_TABLES}
         out["NB_Global"] = [{"columns": ["external_ids"]}]
         return out
@@ -275,7 +261,7 @@ class OvnWatch(Watch):
                 self._index.update(table, uuid, before, after)
                 for row in (before, after):
                     if row is not None:
-                        self._owners.add(_tag(row, TAG_OWNER) or "")
+                        self._owners.add(tag(row, TAG_OWNER) or "")
 
     def _updated(self, table: str, uuid: str, before: Row | None, update: dict[str, Any]
                  ) -> Row | None:
@@ -288,9 +274,8 @@ class OvnWatch(Watch):
             self._everything = True
             return None
         row = dict(before)
-        columns = self.nb.db.tables[table].columns
         for column, diff in update.get("modify", {}).items():
-            row[column] = _patched(row[column], diff, columns[column].type)
+            row[column] = _patched(row[column], diff, self.nb.schema.type_of(table, column))
         return row
 
     def _apply_others(self, updates: dict[str, Any]) -> None:
@@ -330,8 +315,8 @@ class _Index:
         self.version = 0  # changes whenever `held()` may give something else
 
     def update(self, table: str, uuid: str, before: Row | None, after: Row | None) -> None:
-        old_owner = _tag(before, TAG_OWNER) if before is not None else None
-        new_owner = _tag(after, TAG_OWNER) if after is not None else None
+        old_owner = tag(before, TAG_OWNER) if before is not None else None
+        new_owner = tag(after, TAG_OWNER) if after is not None else None
         if before is not None and old_owner is not None:
             self.owned.get(old_owner, set()).discard((table, uuid))
         if after is not None and new_owner is not None:
@@ -340,7 +325,7 @@ class _Index:
                  if key.startswith(TAG_ALLOCATION)] if after is not None else []
         if before is None or after is None or old_owner != new_owner \
                 or table in PARENT_COLUMNS or found != self.allocations.get(uuid, []) \
-                or _tag(before, TAG_KEY) != _tag(after, TAG_KEY):
+                or tag(before, TAG_KEY) != tag(after, TAG_KEY):
             self.version += 1  # what held() reads changed
         self.owner_of.pop(uuid, None)
         self.allocations.pop(uuid, None)
@@ -348,8 +333,8 @@ class _Index:
             self.owner_of[uuid] = new_owner or ""
             if found:
                 self.allocations[uuid] = found
-        old_key = _tag(before, TAG_KEY) if before is not None else None
-        new_key = _tag(after, TAG_KEY) if after is not None else None
+        old_key = tag(before, TAG_KEY) if before is not None else None
+        new_key = tag(after, TAG_KEY) if after is not None else None
         if old_key != new_key or after is None:
             key = self.key_of.pop(uuid, None)
             if key is not None and self.uuids.get(key) == (table, uuid):
@@ -361,8 +346,8 @@ class _Index:
                 else:
                     self.key_of[uuid], self.uuids[new_key] = new_key, (table, uuid)
         for column in PARENT_COLUMNS.get(table, ()):
-            gone = set(_atoms(before[column])) if before is not None else set()
-            new = set(_atoms(after[column])) if after is not None else set()
+            gone = set(atoms(before[column])) if before is not None else set()
+            new = set(atoms(after[column])) if after is not None else set()
             for child in gone - new:
                 if self.parent_of.get(child, ("",))[0] == uuid:
                     del self.parent_of[child]
@@ -370,9 +355,9 @@ class _Index:
                 self.parent_of[child] = (uuid, column)
 
     def rebuild(self, rows: dict[str, dict[str, str]]) -> None:
-        """Keys as a read of every row gives them (live._keys: the first by UUID keeps a
+        """Keys as a read of every row gives them (codec.keys_of: the first by UUID keeps a
         key two rows claim)."""
-        self.key_of, self.uuids = _keys({table: [_decoded(text) for text in found.values()]
+        self.key_of, self.uuids = keys_of({table: [_decoded(text) for text in found.values()]
                                          for table, found in rows.items()})
         self.stale = False
         self.version += 1
@@ -400,12 +385,6 @@ class _Index:
             if found is not None and found[0] in self.key_of:
                 out[uuid] = (self.key_of[found[0]], found[1])
         return out
-
-    def foreign_inside(self, table: str, row: Row, holding: dict[str, dict[str, str]]
-                       ) -> list[tuple[str, str]]:
-        """The rows of others this row holds, as (table, UUID)."""
-        return [(child_table, child) for column, child_table in holding.get(table, {}).items()
-                for child in _atoms(row[column]) if child not in self.key_of]
 
 
 def _with_holds(obj: BackendObject, inside: Iterable[tuple[str, str]],
@@ -437,10 +416,6 @@ def _decoded(text: str) -> Row:
 def _new_row(update: dict[str, Any]) -> Row | None:
     """The columns of an update2 `initial` or `insert` (those left out hold their default)."""
     return update["initial"] if "initial" in update else update.get("insert")
-
-
-def _tag(row: Row, name: str) -> str | None:
-    return next((value for key, value in row["external_ids"][1] if key == name), None)
 
 
 def _patched(value: Any, diff: Any, kind: Any) -> Any:

@@ -1,0 +1,190 @@
+"""Northbound rows as backend objects, and backend objects' values as OVSDB writes them.
+
+Rows come as OVSDB's JSON (RFC 7047, 5.1): an atom, `["uuid", …]`, `["set", […]]` (or a
+lone element) and `["map", [[key, value], …]]`. Reading every row (northbound.py) and the
+replica the daemon keeps (watch.py) turn the installation's rows into objects alike:
+
+- a row's key is its `unet:key` tag; two rows with one key (copied by hand, say) would
+  stop every plan, so the first by UUID keeps it and the others get keys nothing
+  desires, and go (`keys_of`);
+- its fields are the managed columns, decoded as the renderers write them: None, a
+  scalar, a sorted list or a dict (`to_object`);
+- each reference is the sorted keys of the rows it names (`foreign:<UUID>` for a row
+  that is not ours); a child row names its parent's key and the parent's column;
+- its tags, but for owner, installation and key, are the object's meta;
+- rows of others a row of ours holds (`rows_inside`) are named for people (`label`) in
+  the object's `holds`: deleting the row would destroy them. Those of unnamed tables
+  are listed on the observation too (`unnamed_inside`).
+
+Writing (transaction.py) encodes a field's value back with `encode`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ovs.db.types
+
+from managers.sdk import TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject, Observation
+
+from .schema import MANAGED_COLUMNS, NAMED_TABLES, REF_COLUMNS, Schema
+
+Row = dict[str, Any]
+
+
+@dataclass
+class OvnObservation(Observation):
+    manager: str = ""
+    foreign_names: dict[str, set[str]] = field(default_factory=dict)  # table -> names not ours
+    foreign_children: list[str] = field(default_factory=list)  # unnamed, not ours, in ours
+    uuids: dict[str, tuple[str, str]] = field(default_factory=dict)  # key → (table, UUID)
+
+    def conflicts(self, desired: Sequence[BackendObject]) -> list[str]:
+        return [f"{obj.table} named '{obj.fields.get('name')}' (for {obj.owner}) already "
+                "exists and is not managed by this installation"
+                for obj in desired
+                if obj.manager == self.manager
+                and obj.fields.get("name") in self.foreign_names.get(obj.table, ())]
+
+    def unmanaged(self) -> list[str]:
+        return [f"{table} {name}" for table, names in sorted(self.foreign_names.items())
+                for name in sorted(names)] + list(self.foreign_children)
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+def atom(value: Any) -> Any:
+    return value[1] if isinstance(value, list) else value  # ["uuid", "..."] → "..."
+
+
+def atoms(value: Any) -> list[Any]:
+    """Elements of a set as OVSDB sends it: ["set", [...]], or a lone element."""
+    if isinstance(value, list) and value and value[0] == "set":
+        return [atom(v) for v in value[1]]
+    return [atom(value)]
+
+
+def tag(row: Row, name: str) -> str | None:
+    """One of a row's tags (external_ids), or None."""
+    return next((value for key, value in row["external_ids"][1] if key == name), None)
+
+
+def encode(value: Any, kind: ovs.db.types.Type) -> Any:
+    """A field's value as OVSDB's JSON writes it in a column of type `kind`."""
+    if kind.is_map():
+        return ["map", sorted([k, v] for k, v in value.items())]
+    if kind.is_optional():
+        return ["set", []] if value is None else value
+    if kind.is_set():
+        return ["set", list(value)]
+    return value
+
+
+def _decoder(kind: ovs.db.types.Type) -> Callable[[Any], Any]:
+    """Column values as the renderers write them: None, scalar, sorted list or dict."""
+    if kind.is_map():
+        return lambda value: {str(atom(k)): atom(v) for k, v in sorted(value[1])}
+    if kind.is_optional():
+        return lambda value: next(iter(atoms(value)), None)
+    if kind.is_set():
+        return lambda value: sorted(atoms(value))
+    return atom
+
+
+_DECODERS: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
+
+
+def _decoders(schema: Schema, table: str) -> list[tuple[str, Callable[[Any], Any]]]:
+    """Per managed column, the function that decodes its values (chosen once per table)."""
+    found = _DECODERS.get(table)
+    if found is None:
+        found = _DECODERS[table] = [(name, _decoder(schema.type_of(table, name)))
+                                    for name in MANAGED_COLUMNS[table]]
+    return found
+
+
+# --- rows as objects ------------------------------------------------------------------------
+
+
+def keys_of(ours: dict[str, list[Row]]) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+    """Row UUID → key, and key → (table, UUID), of the rows of each managed table. Two rows
+    with one key: the first by UUID keeps the key, the others get keys nothing desires."""
+    key_of: dict[str, str] = {}
+    uuids: dict[str, tuple[str, str]] = {}
+    for table in MANAGED_COLUMNS:
+        found = sorted((tag(row, TAG_KEY), row["_uuid"][1]) for row in ours[table])
+        for key, uuid in found:
+            if key is None:
+                continue
+            if key in uuids:
+                key = f"{key}#duplicate-{uuid}"
+            key_of[uuid] = key
+            uuids[key] = (table, uuid)
+    return key_of, uuids
+
+
+def to_object(schema: Schema, table: str, row: Row, key_of: dict[str, str],
+              parent_of: dict[str, tuple[str, str]], manager: str,
+              holds: tuple[str, ...]) -> BackendObject:
+    """The object a row of ours is (`key_of`: every row of ours, for references;
+    `parent_of`: child UUID → (parent key, column); `holds`: rows of others inside it)."""
+    uuid = row["_uuid"][1]
+    fields = {name: decode(row[name]) for name, decode in _decoders(schema, table)}
+    refs = {}
+    for column in REF_COLUMNS.get(table, ()):
+        keys = tuple(sorted(key_of.get(t, f"foreign:{t}") for t in atoms(row[column])))
+        if keys:
+            refs[column] = keys
+    meta = dict(row["external_ids"][1])
+    owner = meta.pop(TAG_OWNER, "")
+    meta.pop(TAG_INSTALLATION, None)
+    meta.pop(TAG_KEY, None)
+    return BackendObject(manager, table, key_of[uuid], owner, fields, refs,
+                         parent_of.get(uuid), frozenset(), meta, holds)
+
+
+def rows_inside(schema: Schema, table: str, row: Row, key_of: dict[str, str]
+                ) -> list[tuple[str, str]]:
+    """The rows of others this row of ours holds, as (table, UUID)."""
+    return [(child_table, child) for column, child_table in schema.holding.get(table, {}).items()
+            for child in atoms(row[column]) if child not in key_of]
+
+
+def unnamed_inside(table: str, row: Row, inside: list[tuple[str, str]]) -> list[str]:
+    """Those of `inside` (rows of others held by `row`) that people cannot find by name, in
+    words; a row of others in a named table is a foreign name already."""
+    return [f"{child_table} {child} in {table} {row.get('name')}"
+            for child_table, child in inside if child_table not in NAMED_TABLES]
+
+
+# --- rows of others, for people -------------------------------------------------------------
+
+
+#: The columns that tell people which row of others this is, for tables without a name.
+LABEL_COLUMNS: dict[str, tuple[str, ...]] = {
+    "ACL": ("direction", "priority", "action", "match"),
+    "NAT": ("type", "external_ip", "logical_ip"),
+    "Logical_Router_Static_Route": ("ip_prefix", "nexthop"),
+    "Logical_Router_Policy": ("priority", "action", "match"),
+    "QoS": ("direction", "priority", "match"),
+}
+
+
+def label(table: str, uuid: str, row: Row) -> str:
+    """How people know a row of others: its name, or what LABEL_COLUMNS read of it."""
+    if "name" in row and not isinstance(row["name"], list):
+        return f"{table} {row['name']}"
+    values = {column: atom(value) for column, value in row.items()}
+    if table == "NAT":
+        text = f"{values['type']} {values['external_ip']} ↔ {values['logical_ip']}"
+    elif table == "Logical_Router_Static_Route":
+        text = f"{values['ip_prefix']} via {values['nexthop']}"
+    elif "match" in values:
+        parts = [str(values[c]) for c in LABEL_COLUMNS[table] if c != "match"]
+        text = " ".join(parts) + f" `{values['match']}`"
+    else:
+        return f"{table} {uuid}"
+    return f"{table} {uuid} ({text})"
