@@ -42,7 +42,7 @@ NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
 CACHE_ENV = "UNET_CACHE_DIR"  # where unet keeps its caches: validation results, parsed files
 NB_ENV = "UNET_BENCH_NORTHBOUND"  # the live copy's `northbound:` is ${UNET_BENCH_NORTHBOUND}
 INSTALLATION = "bench"
-#: The tables unet manages (managers/ovn/render.py MANAGED_COLUMNS), for `ovn-nbctl list`.
+#: The tables unet manages (managers/ovn/schema.py MANAGED_COLUMNS), for `ovn-nbctl list`.
 OVN_TABLES = ("Logical_Router", "Logical_Switch", "Logical_Router_Port", "Logical_Switch_Port",
               "DHCP_Options", "Port_Group", "ACL", "Address_Set", "NAT",
               "Logical_Router_Static_Route", "Gateway_Chassis")
@@ -901,7 +901,7 @@ def nbctl_script(plan: dict[str, Any]) -> list[list[str]]:
     """The initial load of a live plan as ovn-nbctl invocations, one per tenant (provider
     rows first), each one transaction of `--`-chained commands: the same rows, the same
     columns and the same external_ids as `unet apply` writes."""
-    from managers.ovn.render import PARENT_COLUMNS
+    from managers.ovn.schema import PARENT_COLUMNS
     from reconciler.objects import TAG_HASH, TAG_INSTALLATION, TAG_KEY, TAG_OWNER
     from reconciler.plan_io import changes_from_json
 

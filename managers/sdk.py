@@ -8,8 +8,21 @@ changes and steps of a plan. docs/plugins.md says how they fit together; a plugi
 imports only from here keeps working while the core's modules move.
 """
 
-from managers.command import Command
-from managers.contract import (
+from reconciler.allocate import (
+    Allocations,
+    derived_mac,
+    external_key,
+    ip_of_port,
+    mac_of_port,
+    port_key,
+    router_gateway_key,
+    segment_key,
+    vip_key,
+)
+from reconciler.bindings import AllocatedValues, binding_key, workload_binding
+from reconciler.check.netutil import network as parse_network
+from reconciler.command import Command
+from reconciler.contract import (
     WAIT_NOTICE,
     ApplyOutcome,
     BackendLocked,
@@ -24,19 +37,6 @@ from managers.contract import (
     Watch,
     each_step,
 )
-from reconciler.allocate import (
-    Allocations,
-    derived_mac,
-    external_key,
-    ip_of_port,
-    mac_of_port,
-    port_key,
-    router_gateway_key,
-    segment_key,
-    vip_key,
-)
-from reconciler.bindings import AllocatedValues, binding_key, workload_binding
-from reconciler.check.netutil import network as parse_network
 from reconciler.diff import Action, Change, FieldChange
 from reconciler.errors import UnetError
 from reconciler.model import Model

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import netaddr
 
-from managers.contract import ClusterManager
-
 from .allocate import (
     Allocations,
     external_key,
@@ -25,12 +23,13 @@ from .allocate import (
     segment_key,
     vip_key,
 )
+from .contract import ClusterManager
 from .model import Model
 from .models import segment_of
 from .schema import Manifest
 
 if TYPE_CHECKING:
-    from managers.contract import Manager
+    from .contract import Manager
 
 FORMAT_VERSION = "1.0"
 KNOWN_AFTER_APPLY = "(known after apply)"

@@ -10,12 +10,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from managers.command import Command, installed_commands
-
 from . import heap
+from .command import Command, installed_commands
 from .daemon import cli as reconcile
 from .diagnostics import Diagnostic, codes_markdown
-from .errors import EXIT_ERROR, EXIT_OK, RunFailed, UnetError
+from .errors import EXIT_ERROR, EXIT_OK, Stopped, UnetError
 from .load import DEFAULT_MAX_FILE_BYTES, SourceFile
 
 
@@ -464,8 +463,8 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
     try:
         try:
             return func(args)
-        except RunFailed as failed:  # what stopped it is the news; how far it got is shown
-            raise failed.cause from None
+        except Stopped as stopped:  # what stopped it is the news; how far it got is shown
+            raise stopped.cause from None
     except UnetError as exc:
         print(f"unet: {exc}", file=sys.stderr)
         return EXIT_ERROR

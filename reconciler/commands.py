@@ -10,10 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from managers.command import Command
-from managers.contract import ProgressFactory
-
 from . import engine
+from .command import Command
+from .contract import ProgressFactory
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
 from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
 from .model import Model

@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from managers.contract import ClusterManager, Exposure, Manager
-
 from .allocate import Allocations, ParsedHoldings, allocate
+from .contract import ClusterManager, Exposure, Manager
 from .model import Model
 from .models import immutable_values
 from .objects import (

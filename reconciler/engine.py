@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from managers.contract import ApplyOutcome, Manager, Observation, ProgressFactory, Session
-
+from .contract import ApplyOutcome, Manager, Observation, ProgressFactory, Session
 from .desired import Desired, allocation_readers, render_desired
 from .diff import Change, diff
-from .errors import RunFailed, UnetError
+from .errors import Stopped, UnetError
 from .model import Model
 from .objects import BackendObject, Held, index_objects, observed_allocations
 from .plan import Plan, restrict_to
@@ -123,6 +122,15 @@ class Outcome:
     @property
     def complete(self) -> bool:
         return not self.failures and not self.mismatches
+
+
+class RunFailed(Stopped):
+    """A run against the backends that stopped before its end: `cause` says why, `outcome`
+    how far it got (its locks' times, the plan it made, what it applied)."""
+
+    def __init__(self, cause: BaseException, outcome: Outcome) -> None:
+        super().__init__(cause)
+        self.outcome = outcome
 
 
 def run(head: Validation, inputs: dict[str, Any], options: RunOptions,

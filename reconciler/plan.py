@@ -19,7 +19,7 @@ from .objects import TAG_HASH, TAG_PROTECTED, BackendObject, content_hash
 from .order import Step, order
 
 if TYPE_CHECKING:
-    from managers.contract import Exposure
+    from .contract import Exposure
 
 FORMAT_VERSION = "1.2"
 SUPPORTED_MAJOR = 1

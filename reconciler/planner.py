@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from managers.contract import Manager, Observation
-
 from .allocate import ip_of_port, mac_of_port, port_key, segment_key
+from .contract import Manager, Observation
 from .desired import Describer, Desired, render_desired
 from .diagnostics import Diagnostic, json_pointer
 from .diff import Action, Change, diff

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
-from managers.contract import ClusterManager, FabricManager, Manager
-
+from .contract import ClusterManager, FabricManager, Manager
 from .errors import UnetError
 
 if TYPE_CHECKING:

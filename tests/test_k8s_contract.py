@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from managers.contract import BackendLocked
 from managers.kubernetes import KubernetesConfig, KubernetesManager, client
 from managers.kubernetes.lease import Lease, holder_identity
+from managers.sdk import BackendLocked
 from reconciler.cli import main
 
 from .k8s_fixtures.server import USER, FakeCluster, refused_url, write_kubeconfig

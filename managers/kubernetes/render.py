@@ -26,6 +26,7 @@ from managers.sdk import (
     AllocatedValues,
     Allocations,
     BackendObject,
+    ClusterManager,
     Exposure,
     Manifest,
     Model,
@@ -43,7 +44,7 @@ from managers.sdk import (
 )
 
 if TYPE_CHECKING:
-    from . import KubernetesConfig, KubernetesManager
+    from .config import KubernetesConfig
 
 POLICY_FOR = "k8s.v1.cni.cncf.io/policy-for"  # names the network a policy filters
 LABEL_INSTANCE = "network.osac.io/instance"  # the VM's pod carries its ComputeInstance name
@@ -73,9 +74,8 @@ def object_name(tenant: str | None, subnet: str) -> str:
     return f"unet.{tenant}.{subnet}"
 
 
-def render(model: Model, allocations: Allocations, manager: KubernetesManager
-           ) -> list[BackendObject]:
-    config = manager.config
+def render(model: Model, allocations: Allocations, manager: ClusterManager,
+           config: KubernetesConfig) -> list[BackendObject]:
     out: list[BackendObject] = []
     bridged: dict[str | None, list[Manifest]] = {}  # tenant → workloads of bridged networks
     for workload in model.workloads:
@@ -94,10 +94,10 @@ def render(model: Model, allocations: Allocations, manager: KubernetesManager
             out.extend(_subnet_objects(model, allocations, manager.manager, config,
                                        cluster.name, subnet))
             members = hosted.get((subnet.tenant, subnet.name, cluster.name), {})
-            out.extend(_Policies(model, allocations, manager, cluster.name, subnet,
-                                 bridged.get(subnet.tenant, [])).objects(members))
+            out.extend(_Policies(model, allocations, manager.manager, config, cluster.name,
+                                 subnet, bridged.get(subnet.tenant, [])).objects(members))
     for tenant in sorted(tenants, key=str):
-        out.extend(_bindings_maps(model, allocations, manager, tenant,
+        out.extend(_bindings_maps(model, allocations, manager, config, tenant,
                                   bridged.get(tenant, [])))
     return out
 
@@ -166,13 +166,14 @@ class _Policies:
     what its rules allow (stateful, as NetworkPolicy is), remote groups as the addresses of
     their members wherever they run."""
 
-    def __init__(self, model: Model, allocations: Allocations, manager: KubernetesManager,
-                 cluster: str, subnet: Manifest, workloads: list[Manifest]) -> None:
+    def __init__(self, model: Model, allocations: Allocations, manager: str,
+                 config: KubernetesConfig, cluster: str, subnet: Manifest,
+                 workloads: list[Manifest]) -> None:
         self.model, self.values = model, AllocatedValues(allocations)
         self.workloads = workloads  # the tenant's, of the networks this manager bridges
-        self.manager, self.cluster, self.subnet = manager.manager, cluster, subnet
+        self.manager, self.cluster, self.subnet = manager, cluster, subnet
         self.tenant, self.vn = subnet.tenant, subnet.obj.spec.virtual_network
-        self.namespace = manager.config.namespace_of(subnet.tenant)
+        self.namespace = config.namespace_of(subnet.tenant)
         self.network = object_name(subnet.tenant, subnet.name)
         self.families = sorted(model.network_cidrs(self.tenant, self.vn))
         self.unknown: list[str] = []
@@ -292,8 +293,9 @@ class _Policies:
             }, unknown=frozenset({"spec"}) if self.unknown else frozenset())
 
 
-def _bindings_maps(model: Model, allocations: Allocations, manager: KubernetesManager,
-                   tenant: str | None, workloads: list[Manifest]) -> list[BackendObject]:
+def _bindings_maps(model: Model, allocations: Allocations, manager: ClusterManager,
+                   config: KubernetesConfig, tenant: str | None,
+                   workloads: list[Manifest]) -> list[BackendObject]:
     """The tenant's bindings where its VM templates can read them, on every cluster: one
     key per workload of the networks this manager bridges."""
     values = AllocatedValues(allocations)
@@ -305,7 +307,7 @@ def _bindings_maps(model: Model, allocations: Allocations, manager: KubernetesMa
             binding.get("knownAfterApply"))
         data[binding_key(workload)] = json.dumps(binding, sort_keys=True,
                                                  separators=(",", ":"))
-    namespace = manager.config.namespace_of(tenant)
+    namespace = config.namespace_of(tenant)
     name = bindings_configmap(manager.manager)
     size = sum(len(k) + len(v.encode()) for k, v in data.items())
     if size > CONFIGMAP_MAX_BYTES:
@@ -320,7 +322,7 @@ def _bindings_maps(model: Model, allocations: Allocations, manager: KubernetesMa
             "metadata": {"name": name, "namespace": namespace},
             "data": data,
         }, unknown=frozenset({"data"}) if unknown else frozenset())
-        for cluster in manager.config.clusters]
+        for cluster in config.clusters]
 
 
 def _metallb(manager: str, config: KubernetesConfig, cluster: str, subnet: Manifest, name: str,

@@ -39,7 +39,7 @@ from managers.sdk import (
 from .acls import AclRule
 
 if TYPE_CHECKING:
-    from .manager import OvnConfig
+    from .config import OvnConfig
 
 # ACL priorities: the per-network default drop, infrastructure allows above it,
 # security-group rules above both.
@@ -52,40 +52,6 @@ _LINK_SCOPE = {4: ("255.255.255.255", "224.0.0.0/4"), 6: ("fe80::/10", "ff00::/8
 #: On an ACL: what it opens to traffic from outside its network, in words, for people who
 #: read the Northbound (plans read it from the row itself: `exposure`).
 TAG_EXPOSURE = "unet:exposure"
-
-#: The columns unet writes, per table; observe reads exactly these back.
-MANAGED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "Logical_Router": ("name", "options"),
-    "Logical_Switch": ("name", "other_config"),
-    "Logical_Router_Port": ("name", "mac", "networks", "ipv6_ra_configs", "options"),
-    "Logical_Switch_Port": ("name", "type", "addresses", "port_security", "options",
-                            "tag_request"),
-    "DHCP_Options": ("cidr", "options"),
-    "Port_Group": ("name",),
-    "ACL": ("direction", "priority", "match", "action", "log", "name", "severity"),
-    "Address_Set": ("name", "addresses"),
-    "NAT": ("type", "external_ip", "logical_ip", "external_mac", "logical_port",
-            "external_port_range", "options"),
-    "Logical_Router_Static_Route": ("ip_prefix", "nexthop", "output_port", "policy",
-                                    "route_table"),
-    "Gateway_Chassis": ("name", "chassis_name", "priority"),
-    "Load_Balancer": ("name", "vips", "protocol", "options"),
-}
-#: Columns holding child rows (non-root tables live only while a parent holds them).
-PARENT_COLUMNS: dict[str, tuple[str, ...]] = {
-    "Logical_Switch": ("ports",),
-    "Logical_Router": ("ports", "static_routes", "nat"),
-    "Port_Group": ("acls",),
-    "Logical_Router_Port": ("gateway_chassis",),
-}
-#: Columns referring to other rows of ours (weak references).
-REF_COLUMNS: dict[str, tuple[str, ...]] = {
-    "Logical_Router": ("load_balancer",),
-    "Port_Group": ("ports",),
-    "Logical_Switch_Port": ("dhcpv4_options", "dhcpv6_options"),
-    "NAT": ("gateway_port",),
-}
-
 
 def ident(*parts: str | None) -> str:
     """A name usable in OVN match expressions (`@pg`, `$as`): dots, no hyphens."""

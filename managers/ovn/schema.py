@@ -22,10 +22,42 @@ from typing import Any
 import ovs.db.schema
 import ovs.db.types
 
-from .render import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
-
 __all__ = ["MANAGED_COLUMNS", "NAMED_TABLES", "PARENT_COLUMNS", "READ_COLUMNS",
            "REF_COLUMNS", "Schema"]
+
+#: The columns unet writes, per table; observe reads exactly these back.
+MANAGED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "Logical_Router": ("name", "options"),
+    "Logical_Switch": ("name", "other_config"),
+    "Logical_Router_Port": ("name", "mac", "networks", "ipv6_ra_configs", "options"),
+    "Logical_Switch_Port": ("name", "type", "addresses", "port_security", "options",
+                            "tag_request"),
+    "DHCP_Options": ("cidr", "options"),
+    "Port_Group": ("name",),
+    "ACL": ("direction", "priority", "match", "action", "log", "name", "severity"),
+    "Address_Set": ("name", "addresses"),
+    "NAT": ("type", "external_ip", "logical_ip", "external_mac", "logical_port",
+            "external_port_range", "options"),
+    "Logical_Router_Static_Route": ("ip_prefix", "nexthop", "output_port", "policy",
+                                    "route_table"),
+    "Gateway_Chassis": ("name", "chassis_name", "priority"),
+    "Load_Balancer": ("name", "vips", "protocol", "options"),
+}
+#: Columns holding child rows (non-root tables live only while a parent holds them).
+PARENT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "Logical_Switch": ("ports",),
+    "Logical_Router": ("ports", "static_routes", "nat"),
+    "Port_Group": ("acls",),
+    "Logical_Router_Port": ("gateway_chassis",),
+}
+#: Columns referring to other rows of ours (weak references).
+REF_COLUMNS: dict[str, tuple[str, ...]] = {
+    "Logical_Router": ("load_balancer",),
+    "Port_Group": ("ports",),
+    "Logical_Switch_Port": ("dhcpv4_options", "dhcpv6_options"),
+    "NAT": ("gateway_port",),
+}
+
 
 #: Tables whose rows people and ovn-nbctl find by name: a foreign row there blocks the name.
 NAMED_TABLES = ("Logical_Switch", "Logical_Router", "Logical_Switch_Port", "Logical_Router_Port",

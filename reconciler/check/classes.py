@@ -8,8 +8,7 @@ from typing import Any
 import jsonschema
 from pydantic.alias_generators import to_camel
 
-from managers.contract import ClusterManager
-
+from ..contract import ClusterManager
 from ..models import ADDRESS_FAMILIES, Capability
 from ..plugins import ConfigError, broken_plugins, instantiate
 from ..schema import Manifest

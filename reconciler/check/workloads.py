@@ -6,8 +6,7 @@ from typing import Any
 
 import netaddr
 
-from managers.contract import ClusterManager
-
+from ..contract import ClusterManager
 from ..diagnostics import Diagnostic, json_pointer
 from ..models import Capability, Family, NetworkAttachment
 from ..schema import Manifest

@@ -19,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from managers.contract import Manager, Observation, Session, Watch
-
 from ..cache import inputs_digest
+from ..contract import Manager, Observation, Session, Watch
 from ..desired import (
     Desired,
     RenderedCache,

@@ -28,12 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from managers.contract import BackendLocked, FabricManager
-
 from .. import engine, heap
+from ..contract import BackendLocked, FabricManager
 from ..diagnostics import Diagnostic
-from ..engine import Outcome, RunOptions
-from ..errors import EXIT_OK, RunFailed, UnetError
+from ..engine import Outcome, RunFailed, RunOptions
+from ..errors import EXIT_OK, UnetError
 from ..load import DEFAULT_MAX_FILE_BYTES
 from ..plan import Plan
 from ..validate import ParsedFiles, Validation, parsed_files, revision_info

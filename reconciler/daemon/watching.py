@@ -1,4 +1,4 @@
-"""The reconcile daemon's replicas of its backends (managers.contract.Watch): opened once the
+"""The reconcile daemon's replicas of its backends (contract.Watch): opened once the
 repo names its managers, kept for the life of the daemon, opened again when the managers
 or their configs change.
 
@@ -16,9 +16,9 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from managers.contract import Manager, Watch
 from reconciler.objects import Held
 
+from ..contract import Manager, Watch
 from .history import now
 
 #: Seconds to wait for a replica's first full state.

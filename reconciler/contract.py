@@ -8,7 +8,7 @@ pure: its typed config, the backend objects it renders, and how people read them
 applies and records what it applied. What a session observes comes back as an
 `Observation`, which the run hands to `apply()` again, so no state hides in the plugin and
 no call depends on another having been made first. A plugin may add commands of its own
-to the command line (managers/command.py).
+to the command line (command.py).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from reconciler.errors import UnetError
-from reconciler.models import Capability
+from .errors import UnetError
+from .models import Capability
 
 if TYPE_CHECKING:
-    from reconciler.allocate import Allocations
-    from reconciler.diff import Change
-    from reconciler.model import Model
-    from reconciler.objects import BackendObject, Held
-    from reconciler.order import Step
-    from reconciler.schema import Manifest
+    from .allocate import Allocations
+    from .diff import Change
+    from .model import Model
+    from .objects import BackendObject, Held
+    from .order import Step
+    from .schema import Manifest
 
 #: Seconds between notices that a run still waits for another run's lock.
 WAIT_NOTICE = 10.0
