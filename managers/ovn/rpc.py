@@ -456,6 +456,10 @@ def _open_tls(remote: str, timeout: float, tls: TlsClient) -> Any:
     return ovs_stream.SSLStream(sock, remote, 0)
 
 
+_REFUSED = ("it may not accept this client's certificate: check sslCert and sslKey, and "
+            "that the server trusts their CA")
+
+
 def _handshake(sock: ssl.SSLSocket, remote: str, timeout: float) -> None:
     """The TLS handshake, and an echo request answered, within `timeout` seconds.
 
@@ -465,45 +469,52 @@ def _handshake(sock: ssl.SSLSocket, remote: str, timeout: float) -> None:
     make its kernel reset the connection, and the alert could be lost with it.
     """
     deadline = time.monotonic() + timeout
-    failed = f"TLS handshake with {remote} failed"
-    refused = "it may not accept this client's certificate: check sslCert and sslKey, and " \
-              "that the server trusts their CA"
     received = bytearray()
+
+    def left() -> float:
+        return max(0.001, deadline - time.monotonic())
 
     def read() -> None:
         data = sock.recv(_BLOCK)
         if not data:
-            raise TlsFailed(f"{failed}: the server closed the connection ({refused})")
+            raise TlsFailed(f"TLS handshake with {remote} failed: the server closed the "
+                            f"connection ({_REFUSED})")
         received.extend(data)
 
     try:
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.settimeout(left())
         sock.do_handshake()
-        if sock.version() == "TLSv1.3" and select.select(
-                [sock], [], [], min(_SETTLE, max(0.0, deadline - time.monotonic())))[0]:
+        if sock.version() == "TLSv1.3" and select.select([sock], [], [], min(_SETTLE, left()))[0]:
             sock.setblocking(False)
             with contextlib.suppress(ssl.SSLWantReadError):  # tickets only
                 read()
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.settimeout(left())
         sock.sendall(b'{"id":"tls","method":"echo","params":[]}')
         while _decode(received) is None:
-            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock.settimeout(left())
             read()
     except ssl.SSLCertVerificationError as exc:
         if exc.verify_code in NAME_MISMATCH:
             raise  # _open_tls says which names the certificate holds
-        raise TlsFailed(f"{failed}: certificate verify failed ({reason(exc)}): the server's "
-                        "certificate is not trusted here (check sslCaCert)") from exc
-    except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as exc:
-        raise TlsFailed(f"{failed}: the server closed the connection ({refused})") from exc
-    except ssl.SSLError as exc:
+        raise _handshake_failed(exc, remote, timeout) from exc
+    except OSError as exc:
+        raise _handshake_failed(exc, remote, timeout) from exc
+
+
+def _handshake_failed(exc: OSError, remote: str, timeout: float) -> TlsFailed:
+    """Why a handshake failed, in the words of what to check."""
+    failed = f"TLS handshake with {remote} failed"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return TlsFailed(f"{failed}: certificate verify failed ({reason(exc)}): the server's "
+                         "certificate is not trusted here (check sslCaCert)")
+    if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+        return TlsFailed(f"{failed}: the server closed the connection ({_REFUSED})")
+    if isinstance(exc, ssl.SSLError):
         why = reason(exc)
         if "alert" in why and ("certificate" in why or "unknown ca" in why):  # the server's
-            raise TlsFailed(f"{failed}: the server refused this client's certificate ({why}); "
-                            "check sslCert and sslKey, and that the server trusts their CA"
-                            ) from exc
-        raise TlsFailed(f"{failed}: {why}") from exc
-    except TimeoutError as exc:
-        raise TlsFailed(f"TLS handshake with {remote} timed out after {timeout:g} s") from exc
-    except OSError as exc:
-        raise TlsFailed(f"{failed}: {exc.strerror or exc} ({refused})") from exc
+            return TlsFailed(f"{failed}: the server refused this client's certificate ({why}); "
+                             "check sslCert and sslKey, and that the server trusts their CA")
+        return TlsFailed(f"{failed}: {why}")
+    if isinstance(exc, TimeoutError):
+        return TlsFailed(f"TLS handshake with {remote} timed out after {timeout:g} s")
+    return TlsFailed(f"{failed}: {exc.strerror or exc} ({_REFUSED})")
