@@ -176,9 +176,9 @@ def _measure_size(args: argparse.Namespace, fx: Fixture, work: Path, report: Rep
                                                 check_equal=smallest))
     if "cluster" in compare:
         for clustered, standalone in CLUSTERED.items():
-            pair = here.get((clustered, "folder")), here.get((standalone, "folder"))
-            if pair[0] is not None and pair[1] is not None:
-                report.comparisons.append(compare_cluster(fx, *pair))
+            on_cluster, alone = here.get((clustered, "folder")), here.get((standalone, "folder"))
+            if on_cluster is not None and alone is not None:
+                report.comparisons.append(compare_cluster(fx, on_cluster, alone))
 
 
 def _measure_daemon(stages: Sequence[str], fx: Fixture, report: Report,

@@ -156,8 +156,7 @@ def _repairs(fx: Fixture, daemon: _Daemon) -> Result:
         seen = len(daemon.runs())
         fx.nb.nbctl(*command)
         edited = time.monotonic()
-        ended = daemon.wait(f"repair {kind}", lambda runs, seen=seen: any(
-            r["result"] == "applied" and r.get("repaired") for r in runs[seen:]))
+        ended = daemon.wait(f"repair {kind}", _repaired_after(seen))
         latencies.append(ended - edited)
         kinds.setdefault(kind.split()[-1] if "tag" in kind else kind, []).append(ended - edited)
         daemon.settle()
@@ -173,6 +172,17 @@ def _repairs(fx: Fixture, daemon: _Daemon) -> Result:
                    daemon.peak_mib, ok, note)
 
 
+def _repaired_after(seen: int) -> Callable[[list[dict[str, Any]]], bool]:
+    """Whether a run after the first `seen` repaired something."""
+    return lambda runs: any(r["result"] == "applied" and r.get("repaired")
+                            for r in runs[seen:])
+
+
+def _more_than(seen: int) -> Callable[[list[dict[str, Any]]], bool]:
+    """Whether a run followed the first `seen`."""
+    return lambda runs: len(runs) > seen
+
+
 def _idle(fx: Fixture, daemon: _Daemon, runs: int = 5) -> Result:
     """Runs the webhook asks for, with nothing changed: each plans nothing."""
     port = daemon.port()
@@ -182,7 +192,7 @@ def _idle(fx: Fixture, daemon: _Daemon, runs: int = 5) -> Result:
         before = len(daemon.runs())
         started = time.monotonic()
         _push_hook(port)
-        ended = daemon.wait("an idle run", lambda r, before=before: len(r) > before)
+        ended = daemon.wait("an idle run", _more_than(before))
         walls.append(ended - started)
     new = daemon.runs()[seen:]
     ok = all(r["result"] == "ok" and r.get("scope") is None for r in new)
