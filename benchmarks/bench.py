@@ -23,7 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from .compare import COMPARISONS, compare_cluster, compare_observe, compare_schema
+from .compare import (
+    COMPARISONS,
+    compare_cluster,
+    compare_daemon,
+    compare_observe,
+    compare_schema,
+)
 from .daemon import measure_commit, measure_daemon
 from .fixture import Fixture
 from .measure import measure
@@ -32,8 +38,8 @@ from .northbound import ClusterServer, NbServer
 from .profiling import profile_stage
 from .report import BAR_TENANTS, print_report, render_markdown
 from .repos import prepared_repo
-from .results import Comparison, Report, Result, add_growth, combine
-from .stages import CLUSTERED, DAEMON_STAGES, DAEMON_TITLES, SOURCES, STAGES, ensure_applied
+from .results import Report, Result, add_growth, combine
+from .stages import CLUSTERED, DAEMON_STAGES, SOURCES, STAGES, ensure_applied
 from .system import machine
 
 
@@ -199,11 +205,7 @@ def _measure_daemon(stages: Sequence[str], fx: Fixture, report: Report,
         here[(result.stage, "folder")] = result
         one_shot = here.get((DAEMON_STAGES[result.stage], "folder"))
         if one_shot is not None:
-            report.comparisons.append(Comparison(
-                f"{result.stage} vs {one_shot.stage}", fx.tenants, DAEMON_TITLES[result.stage],
-                STAGES[one_shot.stage].title, result.wall_s, result.cpu_s, one_shot.wall_s,
-                one_shot.cpu_s, ok=result.ok and one_shot.ok, note=result.note,
-                load=result.load))
+            report.comparisons.append(compare_daemon(fx, result, one_shot))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -240,7 +242,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     clean = all(r.ok for r in report.results) and all(c.ok for c in report.comparisons)
     return 0 if clean else 1
-
 
 
 if __name__ == "__main__":

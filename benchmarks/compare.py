@@ -6,6 +6,7 @@
 - `compare_observe`: unet's observe of the Northbound (connect, then our rows as objects)
   in a fresh process against `ovn-nbctl list` of the same tables;
 - `compare_cluster`: a stage on the 3-member cluster against the same stage on one server;
+- `compare_daemon`: a stage of the daemon against the one-shot stage it replaces;
 - the initial apply against an ovn-nbctl script is benchmarks/nbctl.py's.
 
 `COMPARISONS` names them, as `--compare` takes them.
@@ -26,7 +27,7 @@ from .generate import INSTALLATION
 from .measure import measure
 from .northbound import OVN_TABLES, ClusterServer
 from .results import Comparison, Result
-from .stages import ensure_applied
+from .stages import DAEMON_TITLES, STAGES, ensure_applied
 from .system import SOURCE, tool
 
 COMPARISONS = ("schema", "nbctl", "observe", "cluster")
@@ -201,3 +202,12 @@ def compare_cluster(fx: Fixture, clustered: Result, standalone: Result) -> Compa
         clustered.server_cpu_s, standalone.server_cpu_s, ok=clustered.ok and standalone.ok,
         note=f"NB cpu is the 3 members' together; {elections} election(s) in the members' "
              "logs (1: no leader change)", load=clustered.load)
+
+
+def compare_daemon(fx: Fixture, daemon: Result, one_shot: Result) -> Comparison:
+    """A stage of the daemon against the one-shot stage it replaces, measured in the same
+    run (their figures are in the stages' tables too)."""
+    return Comparison(
+        f"{daemon.stage} vs {one_shot.stage}", fx.tenants, DAEMON_TITLES[daemon.stage],
+        STAGES[one_shot.stage].title, daemon.wall_s, daemon.cpu_s, one_shot.wall_s,
+        one_shot.cpu_s, ok=daemon.ok and one_shot.ok, note=daemon.note, load=daemon.load)

@@ -33,7 +33,7 @@ def _measure(stage: str, spec: Stage, source: str, fx: Fixture, repeat: int) -> 
     for _ in range(repeat):
         if spec.prepare is not None:
             spec.prepare(fx, SOURCES[source])
-        warm_page_cache(spec.repo_read(fx))
+        warm_page_cache(spec.reads(fx))
         run = run_unet(spec.argv(fx, SOURCES[source]), fx, stage)
         runs.append(run)
         outcomes.append(spec.check(fx, run))

@@ -41,7 +41,7 @@ def _profiled_run(stage: str, fx: Fixture, work: Path) -> Path | None:
     source = spec.sources[0]
     if spec.prepare is not None:
         spec.prepare(fx, SOURCES[source])
-    warm_page_cache(spec.repo_read(fx))
+    warm_page_cache(spec.reads(fx))
     session = work / f"profile-{stage}-{fx.tenants}.pyisession"
     print(f"  profiling {stage} at {fx.tenants} tenants ...", end="", file=sys.stderr,
           flush=True)

@@ -55,7 +55,7 @@ class Stage:
     title: str = ""
     backend: str = "standalone"  # or "cluster": three ovsdb-servers in one Raft cluster
 
-    def repo_read(self, fx: Fixture) -> Path:
+    def reads(self, fx: Fixture) -> Path:
         """The copy of the repo the stage reads: the live one for the live stages."""
         return fx.repo if self.sources != ("folder",) else fx.live
 
