@@ -17,12 +17,14 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .fixture import Fixture, Run, run_unet
 from .generate import PR_BRANCH
 from .northbound import NbServer
 from .system import BenchError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +216,7 @@ def make_drift(nb: NbServer, share: float = 0.01) -> int:
     return len(changed_ports) + len(deleted_acls)
 
 
-def spread(items: Sequence[Any], share: float) -> list[Any]:
+def spread(items: Sequence[T], share: float) -> list[T]:
     """`share` of the items (at least one), evenly spread over them."""
     if not items:
         return []
