@@ -29,7 +29,10 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from .bench import INSTALLATION, Fixture, Result, _cpu_s, _git, _peak_mib
+from .fixture import Fixture
+from .repos import git
+from .results import Result
+from .system import process_cpu_s, process_peak_mib
 
 EDITS = 20
 SECRET = "bench-webhook-secret"
@@ -85,11 +88,11 @@ class _Daemon:
 
     @property
     def cpu_s(self) -> float:
-        return _cpu_s(self.proc.pid)
+        return process_cpu_s(self.proc.pid)
 
     @property
     def peak_mib(self) -> float:
-        return _peak_mib(self.proc.pid)
+        return process_peak_mib(self.proc.pid)
 
     def port(self) -> int:
         path = self.state / "metrics.port"
@@ -127,17 +130,13 @@ def measure_daemon(fx: Fixture) -> list[Result]:
 
 def _edits(fx: Fixture) -> list[tuple[str, list[str]]]:
     """EDITS hand edits spread over tables, as (kind, ovn-nbctl arguments)."""
-    def ours(table: str, columns: str) -> list[dict[str, Any]]:
-        return [row for row in fx.nb.rows(table, "_uuid,external_ids," + columns)
-                if row["external_ids"].get("unet:installation") == INSTALLATION]
-
-    groups = [g for g in ours("Port_Group", "name,acls") if g["acls"]]
-    ports = [p for p in ours("Logical_Switch_Port", "name") if ".vm." in p["name"]]
+    groups = [g for g in fx.nb.ours("Port_Group", "_uuid,name,acls") if g["acls"]]
+    ports = [p for p in fx.nb.ours("Logical_Switch_Port", "_uuid,name") if ".vm." in p["name"]]
     edits: list[tuple[str, list[str]]] = []
     tables = ("ACL", "Logical_Switch", "Logical_Router_Static_Route", "NAT", "Address_Set",
               "DHCP_Options", "Logical_Router_Port")
     for n, table in enumerate(tables * 2):
-        rows = ours(table, "_uuid")
+        rows = fx.nb.ours(table, "_uuid")
         row = rows[(n * 7919) % len(rows)]
         edits.append((f"{table} tag", ["set", table, row["_uuid"], "external_ids:hand=edit"]))
     for n in range(3):
@@ -157,8 +156,7 @@ def _repairs(fx: Fixture, daemon: _Daemon) -> Result:
         seen = len(daemon.runs())
         fx.nb.nbctl(*command)
         edited = time.monotonic()
-        ended = daemon.wait(f"repair {kind}", lambda runs, seen=seen: any(
-            r["result"] == "applied" and r.get("repaired") for r in runs[seen:]))
+        ended = daemon.wait(f"repair {kind}", _repaired_after(seen))
         latencies.append(ended - edited)
         kinds.setdefault(kind.split()[-1] if "tag" in kind else kind, []).append(ended - edited)
         daemon.settle()
@@ -174,6 +172,17 @@ def _repairs(fx: Fixture, daemon: _Daemon) -> Result:
                    daemon.peak_mib, ok, note)
 
 
+def _repaired_after(seen: int) -> Callable[[list[dict[str, Any]]], bool]:
+    """Whether a run after the first `seen` repaired something."""
+    return lambda runs: any(r["result"] == "applied" and r.get("repaired")
+                            for r in runs[seen:])
+
+
+def _more_than(seen: int) -> Callable[[list[dict[str, Any]]], bool]:
+    """Whether a run followed the first `seen`."""
+    return lambda runs: len(runs) > seen
+
+
 def _idle(fx: Fixture, daemon: _Daemon, runs: int = 5) -> Result:
     """Runs the webhook asks for, with nothing changed: each plans nothing."""
     port = daemon.port()
@@ -183,7 +192,7 @@ def _idle(fx: Fixture, daemon: _Daemon, runs: int = 5) -> Result:
         before = len(daemon.runs())
         started = time.monotonic()
         _push_hook(port)
-        ended = daemon.wait("an idle run", lambda r, before=before: len(r) > before)
+        ended = daemon.wait("an idle run", _more_than(before))
         walls.append(ended - started)
     new = daemon.runs()[seen:]
     ok = all(r["result"] == "ok" and r.get("scope") is None for r in new)
@@ -211,11 +220,11 @@ def measure_commit(fx: Fixture) -> Result:
     work = fx.scratch / "live-work"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(fx.live, work, ignore=shutil.ignore_patterns(".git", ".unet"))
-    _git(fx.scratch, "init", "-q", "--bare", str(origin))
-    _git(work, "init", "-q", "-b", "main")
-    _git(work, "add", "-A")
-    _git(work, "commit", "-q", "-m", "base")
-    _git(work, "push", "-q", str(origin), "main")
+    git(fx.scratch, "init", "-q", "--bare", str(origin))
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "base")
+    git(work, "push", "-q", str(origin), "main")
     daemon = _Daemon(fx, "daemon-git", "--repo", str(origin))
     try:
         daemon.settle()
@@ -224,9 +233,9 @@ def measure_commit(fx: Fixture) -> Result:
         groups = tenants[len(tenants) // 2] / "security-groups.yaml"
         groups.write_text(groups.read_text().replace("portFrom: 443\n      portTo: 443",
                                                      "portFrom: 8443\n      portTo: 8443", 1))
-        _git(work, "commit", "-q", "-am", "one tenant opens 8443 instead of 443")
-        _git(work, "push", "-q", str(origin), "main")
-        commit = _git(work, "rev-parse", "HEAD").strip()
+        git(work, "commit", "-q", "-am", "one tenant opens 8443 instead of 443")
+        git(work, "push", "-q", str(origin), "main")
+        commit = git(work, "rev-parse", "HEAD").strip()
         cpu, seen = daemon.cpu_s, len(daemon.runs())
         started = time.monotonic()
         _push_hook(port)

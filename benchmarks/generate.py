@@ -19,6 +19,7 @@ from pathlib import Path
 
 API = "network.osac.io/v1alpha1"
 GENERATOR_VERSION = 4  # bump whenever the generated text changes: invalidates cached repos
+INSTALLATION = "bench"  # the repos' installation: unet tags the rows it writes with it
 REGIONS = ("a", "b")  # region-a: OVN + hosting clusters (VLANs); region-b: OVN only
 # A class hands out one segment id per subnet from 100..3999 (3,900 ids); a tenant
 # has 6 subnets, so 600 tenants per class. A tenant's 8 ExternalIPs come from one
@@ -112,7 +113,7 @@ def _file(header: str, docs: Sequence[str]) -> str:
 
 
 def _repo_config(reconcile: str = "report") -> str:
-    spec = ("  installation: bench\n  prune: true\n  allowEmpty: false\n"
+    spec = (f"  installation: {INSTALLATION}\n  prune: true\n  allowEmpty: false\n"
             f"  reconcile: {reconcile}\n")
     return _file("Synthetic network repo written by benchmarks/generate.py.",
                  [_doc("RepositoryConfig", "bench", spec)])
