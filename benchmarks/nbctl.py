@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from managers.ovn.render import PARENT_COLUMNS
+from managers.ovn.schema import PARENT_COLUMNS
 from reconciler.objects import TAG_HASH, TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject
 from reconciler.plan_io import changes_from_json
 

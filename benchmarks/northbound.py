@@ -25,7 +25,7 @@ from .generate import INSTALLATION
 from .system import BenchError, process_cpu_s, process_peak_mib
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
-#: The tables unet manages (managers/ovn/render.py MANAGED_COLUMNS), for `ovn-nbctl list`.
+#: The tables unet manages (managers/ovn/schema.py MANAGED_COLUMNS), for `ovn-nbctl list`.
 OVN_TABLES = ("Logical_Router", "Logical_Switch", "Logical_Router_Port", "Logical_Switch_Port",
               "DHCP_Options", "Port_Group", "ACL", "Address_Set", "NAT",
               "Logical_Router_Static_Route", "Gateway_Chassis")

@@ -1,4 +1,5 @@
-"""Carrying out steps on the hosting clusters, and telling which subnets are ready where.
+"""A session with the hosting clusters: the Leases that serialise runs, observing them,
+carrying out steps there, and telling which subnets are ready where.
 
 Each step is one request (server-side apply or delete). A step fails alone: an
 unreachable cluster, a missing CRD, an RBAC denial or a refused object fails that
@@ -9,8 +10,10 @@ them and exits 1 after the rest was applied.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -18,9 +21,12 @@ import tenacity
 from managers.sdk import (
     Action,
     ApplyOutcome,
+    BackendLocked,
     BackendObject,
     Change,
+    Observation,
     ProgressFactory,
+    Session,
     Step,
     each_step,
 )
@@ -28,11 +34,12 @@ from managers.sdk import (
 from .client import Cluster, KubernetesError, is_api_error, is_connection_error
 from .codec import classify, to_body
 from .kinds import KINDS
+from .lease import ANNOTATION_APPLIED, Lease, LockTimeout, Renewer
+from .observe import KubernetesObservation, observe_cluster
 from .render import POLICY_FOR
 
 if TYPE_CHECKING:
-    from . import KubernetesSession
-    from .observe import KubernetesObservation
+    from .config import KubernetesConfig
 
 VERB = {"create": "patch", "update": "patch", "delete": "delete"}
 SHOWN = 10  # names listed per line before "and N more"
@@ -203,3 +210,115 @@ def readiness_report(session: KubernetesSession, changes: Sequence[Change],
 def _some(items: list[Any]) -> str:
     shown = ", ".join(str(i) for i in items[:SHOWN])
     return shown + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+
+
+class KubernetesSession(Session):
+    """API clients of every hosting cluster, and the Leases while they are held."""
+
+    def __init__(self, manager: str, installation: str, config: KubernetesConfig,
+                 clusters: dict[str, Cluster]) -> None:
+        self.manager = manager
+        self.installation = installation
+        self.config = config
+        self.clusters = clusters
+        self.leases: dict[str, Lease] = {}
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float, waiting: Callable[[str], None]) -> Iterator[None]:
+        """The Lease unet-<installation> in leaseNamespace, on every usable cluster."""
+
+        duration = self.config.lease_duration_seconds
+        try:
+            for name, cluster in sorted(self.clusters.items()):
+                if cluster.error is not None:
+                    continue
+                lease = Lease(cluster, self.config.lease_namespace,
+                              f"unet-{self.installation}", duration)
+                try:
+                    lease.acquire(timeout, waiting=waiting)
+                except BackendLocked:
+                    raise
+                except KubernetesError as exc:
+                    cluster.error = str(exc)
+                    continue
+                self.leases[name] = lease
+            with Renewer(list(self.leases.values()), max(0.5, duration / 3)).running():
+                yield
+        finally:
+            for lease in self.leases.values():
+                lease.release()
+            self.leases = {}
+
+    @contextlib.contextmanager
+    def hold(self, name: str) -> Iterator[Callable[[], bool]]:
+        """The Lease unet-<installation>-<name> on the first usable cluster, renewed while
+        held; when the holder stops renewing, it expires and the next waiter takes it."""
+
+        usable = [c for _n, c in sorted(self.clusters.items()) if c.error is None]
+        if not usable:
+            raise BackendLocked("no hosting cluster is reachable to hold the Lease "
+                                f"unet-{self.installation}-{name} on")
+        duration = self.config.lease_duration_seconds
+        lease = Lease(usable[0], self.config.lease_namespace,
+                      f"unet-{self.installation}-{name}", duration)
+        while True:
+            try:
+                lease.acquire(5.0)
+                break
+            except LockTimeout:
+                continue  # still held by another replica: ask again
+        try:
+            with Renewer([lease], max(0.5, duration / 3)).running():
+                yield lambda: lease.lost is None
+        finally:
+            lease.release()
+
+    def observe(self) -> KubernetesObservation:
+
+        observation = KubernetesObservation([], self._applied_digest(), self.manager)
+        for _, cluster in sorted(self.clusters.items()):
+            observe_cluster(cluster, self.installation, self.manager, observation)
+            if cluster.error is not None:
+                observation.unobserved.append(cluster.error)
+        return observation
+
+    def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
+              changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
+
+        assert isinstance(observation, KubernetesObservation)
+        return apply_steps(self, observation, waves, changes, progress)
+
+    def report(self, changes: Sequence[Change], outcome: ApplyOutcome | None) -> list[str]:
+
+        return readiness_report(self, changes, outcome)
+
+    def _applied_digest(self) -> str | None:
+
+        if not self.leases or any(c.error for c in self.clusters.values()):
+            return None
+        values = set()
+        for lease in self.leases.values():
+            recorded = _json_map(lease.annotation(ANNOTATION_APPLIED))
+            values.add(recorded.get(self.manager))
+        return values.pop() if len(values) == 1 else None
+
+    def record_applied(self, digest: str) -> None:
+
+
+        for name, lease in self.leases.items():
+            if self.clusters[name].error is not None:
+                continue
+            recorded = _json_map(lease.annotation(ANNOTATION_APPLIED))
+            recorded[self.manager] = digest
+            with contextlib.suppress(Exception):  # only tells drift from repo changes later
+                lease.annotate(ANNOTATION_APPLIED, json.dumps(recorded, sort_keys=True,
+                                                              separators=(",", ":")))
+
+
+def _json_map(text: str | None) -> dict[str, str]:
+
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
