@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_validate, _add_plan, _add_apply, reconcile.add_parser, _add_schema,
-                _add_codes, _add_show, _add_plugin_commands, _add_completion):
+                _add_codes, _add_show, _add_reach, _add_plugin_commands, _add_completion):
         add(commands)
     return parser
 
@@ -203,6 +203,22 @@ def _add_show(commands: Commands) -> None:
     network_class.add_argument("name")
     _add_repo_arguments(network_class)
     network_class.set_defaults(func=_cmd_show_network_class)
+
+
+def _add_reach(commands: Commands) -> None:
+    reach = commands.add_parser(
+        "reach", help="whether FROM may open a connection to TO, and why",
+        description="Answer from the revision's reachability (docs/api.md, \"Reachability\"): "
+                    "FROM and TO are tenant/workload (optionally /NIC, the attachment's "
+                    "position from 0), an address or CIDR, or internet. Addresses are the "
+                    "revision's own allocation (what a fresh apply would give).")
+    _add_repo_arguments(reach)
+    reach.add_argument("source", metavar="FROM")
+    reach.add_argument("target", metavar="TO")
+    reach.add_argument("--port", metavar="PROTO/PORT",
+                       help="tcp/443, udp/53, icmp or icmpv6 (default: tcp, any port)")
+    reach.add_argument("--format", choices=FORMATS[:2], default="text")
+    reach.set_defaults(func=_command("reach"))
 
 
 def _add_plugin_commands(commands: Commands) -> None:

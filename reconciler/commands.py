@@ -18,7 +18,7 @@ from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
 from .model import Model
 from .plan import Plan
 from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
-from .plan_render import render_markdown, render_text
+from .plan_render import internet_facing, render_markdown, render_text
 from .planner import invalid_plan, plan_between
 from .plugins import managers_of
 from .progress import Progress
@@ -73,7 +73,10 @@ def _github_plan(document: dict[str, Any], prefix: str) -> str:
     if summary:
         with open(summary, "a", encoding="utf-8") as out:
             out.write(render_markdown(document) + "\n")
-    return github_annotations(document["diagnostics"], prefix) + render_text(document)
+    opened = "".join(f"::warning title=Opens to the internet::{e['nic']} can now be reached "
+                     f"with {e['opening']} ({e['cause']})\n"
+                     for e in internet_facing(document)[:10])
+    return github_annotations(document["diagnostics"], prefix) + opened + render_text(document)
 
 
 def _validated_head(args: argparse.Namespace, path: Path, rev: str | None,
@@ -340,6 +343,34 @@ def show_bindings(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:
         sys.stdout.write(render_text(document))
+    return EXIT_OK
+
+
+# --- reach ----------------------------------------------------------------------------------
+
+
+def reach(args: argparse.Namespace) -> int:
+    """`unet reach`: exit 0 when answered, allowed or not."""
+    import json
+
+    from .desired import render_desired
+    from .reach import Reachability
+    from .reach_query import ask
+
+    head = _validated_head(args, args.path, args.rev)
+    if head is None:
+        return EXIT_ERROR
+    desired = render_desired(head, {})
+    answer = ask(Reachability(desired.model, desired.allocations), args.source, args.target,
+                 args.port)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(answer.to_json(), indent=2, ensure_ascii=False) + "\n")
+        return EXIT_OK
+    verdict = "allowed" if answer.allowed else "not allowed"
+    port = f" ({args.port})" if args.port else ""
+    print(f"{args.source} → {args.target}{port}: {verdict}")
+    for why in answer.because:
+        print(f"  {why}")
     return EXIT_OK
 
 

@@ -74,6 +74,8 @@ class Plan:
     desired_digests: dict[str, str] = field(default_factory=dict)  # per manager, live mode
     managers: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> plugin, config
     describe: Describe = PLAINLY
+    #: What the change lets in, per workload NIC (reach_diff.py); PR mode
+    reachability: list[dict[str, Any]] = field(default_factory=list)
 
     @functools.cached_property
     def fingerprint(self) -> str:

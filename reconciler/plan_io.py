@@ -51,6 +51,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "valid": plan.ok,
         "diagnostics": [d.to_json() for d in sorted(plan.diagnostics, key=Diagnostic.sort_key)],
         "exposure": plan.exposure,
+        "reachability": plan.reachability,
         "resources": [_resource_json(r) for r in plan.resources],
         "backend_changes": [_change_json(c, wave_of, c.uid in plan.drift_ids, plan.describe)
                             for c in plan.changes],
@@ -220,6 +221,11 @@ _PLAN_SCHEMA = {
             **{name: _entries("address", "target", "owner")
                for name in ("ips_attached", "ips_detached", "nat_added", "nat_removed")}},
             "additionalProperties": {"type": "array"}},
+        "reachability": {"type": "array", "items": {
+            "type": "object", "required": ["nic", "change", "internet", "opening", "cause"],
+            "properties": {"nic": _TEXT, "change": {"enum": ["gained", "lost"]},
+                           "internet": {"type": "boolean"}, "opening": _TEXT,
+                           "cause": _TEXT}}},
         "resources": {"type": "array", "items": {
             "type": "object", "required": ["address", "actions", "reason", "backend_changes"],
             "properties": {"address": _TEXT, "actions": _ACTIONS, "reason": _TEXT,

@@ -119,6 +119,39 @@ def exposure_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: Reachability entries a plan shows; the rest are counted per tenant (all are in the JSON).
+REACH_SHOWN = 50
+
+
+def reachability_lines(doc: dict[str, Any], limit: int = REACH_SHOWN) -> list[str]:
+    """`!` opens to the internet, `+` lets in from inside, `-` no longer lets in."""
+    entries = doc.get("reachability", [])
+    lines = [_reach_line(e) for e in entries[:limit]]
+    rest = entries[limit:]
+    if rest:
+        tenants: dict[str, int] = {}
+        for entry in rest:
+            tenant = entry["nic"].split("/", 1)[0]
+            tenants[tenant] = tenants.get(tenant, 0) + 1
+        lines.append(f"  … and {len(rest)} more: " + ", ".join(
+            f"{tenant} {count}" for tenant, count in sorted(tenants.items()))
+            + " (every entry is in the JSON plan)")
+    return lines
+
+
+def internet_facing(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a change newly opens to the internet."""
+    return [e for e in doc.get("reachability", []) if e["internet"] and e["change"] == "gained"]
+
+
+def _reach_line(entry: dict[str, Any]) -> str:
+    gained = entry["change"] == "gained"
+    sign = ("!" if entry["internet"] else "+") if gained else "-"
+    verb = "can now be reached with" if gained else "can no longer be reached with"
+    members = f" ({', '.join(entry['members'])})" if entry.get("members") else ""
+    return f"{sign} {entry['nic']} {verb} {entry['opening']}{members} — {entry['cause']}"
+
+
 def _diagnostic_lines(doc: dict[str, Any]) -> list[str]:
     out = []
     for d in doc["diagnostics"]:
@@ -149,6 +182,12 @@ def render_text(doc: dict[str, Any], colour: bool = False) -> str:
     if drift:
         out.append(f"Drift: {_count(len(drift), 'backend object')} changed outside unet:")
         out += ["  " + line for c in drift for line in _change_lines(c)]
+        out.append("")
+    reach = reachability_lines(doc)
+    if reach:
+        out += ["Reachability (who can reach what, per workload NIC):"]
+        out += ["  " + paint("delete" if e[0] == "!" else "bold" if e[0] == "+" else "no-op", e)
+                for e in reach]
         out.append("")
     exposure = exposure_lines(doc)
     if exposure:
@@ -217,6 +256,14 @@ def _markdown_summary(doc: dict[str, Any], marker: str) -> str:
     if doc["drift"]:
         lines += [f"**Drift:** {_count(len(doc['drift']), 'backend object')} changed outside unet "
                   "and will be repaired.", ""]
+    opened = internet_facing(doc)
+    if opened:
+        lines += ["> [!WARNING]", f"> **Opens to the internet: {_count(len(opened), 'way')} "
+                  "in.**"] + [f"> - `{e['nic']}`: {_escape(e['opening'])} — {e['cause']}"
+                              for e in opened[:20]] + [""]
+    reach = reachability_lines(doc)
+    if reach:
+        lines += ["#### Reachability", "", "```diff", *reach, "```", ""]
     exposure = exposure_lines(doc)
     if exposure:
         lines += ["#### Exposure", "", "```diff", *exposure[:200], "```", ""]

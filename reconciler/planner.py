@@ -37,6 +37,8 @@ from .plan import (
     replaced_rows_reason,
     resource_action,
 )
+from .reach import Reachability
+from .reach_diff import reach_diff
 from .schema import Manifest
 from .validate import Validation
 
@@ -103,8 +105,12 @@ def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, A
     diagnostics += _allocation_problems(desired)
     diagnostics += _warnings(head)
     exposure = exposure_of(changes, describe, before.describer() if before else describe)
+    reachability = reach_diff(
+        Reachability(before.model, before.allocations) if before is not None else None,
+        Reachability(desired.model, desired.allocations))
     return Plan("pr", desired.model.installation, inputs, observed, resources, changes,
-                order(changes), diagnostics, exposure, describe=describe)
+                order(changes), diagnostics, exposure, describe=describe,
+                reachability=reachability)
 
 
 def plan_live(head: Validation, managers: dict[str, Manager],

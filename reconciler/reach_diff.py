@@ -1,0 +1,74 @@
+"""What a change lets in: the reachability of two revisions compared, per workload NIC.
+
+An entry says what a NIC can now be reached from that it could not (`gained`), or no
+longer can (`lost`), with the cause, found by what differs between the two revisions
+around that opening, the first that applies: the workload is new, it joined the group
+whose rule admits it, a public address now leads to it (an ExternalIPAttachment, a port
+forward), the source group has new members, the provider network names new tenants;
+otherwise a rule of its groups changed. Internet-facing entries (through a public
+address) come first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .reach import Nic, Opening, Reachability
+
+
+def reach_diff(before: Reachability | None, after: Reachability) -> list[dict[str, Any]]:
+    """The entries of a plan's `reachability`, internet-facing first, then by NIC."""
+    entries = [*_entries(before, after, "gained")]
+    if before is not None:
+        entries += _entries(after, before, "lost")
+    return sorted(entries, key=lambda e: (not e["internet"], e["change"] != "gained",
+                                         e["nic"], e["opening"]))
+
+
+def _entries(old: Reachability | None, new: Reachability, change: str
+             ) -> Iterator[dict[str, Any]]:
+    had = {o.key: o for o in old.openings} if old is not None else {}
+    for opening in new.openings:
+        previous = had.get(opening.key)
+        added = tuple(m for m in opening.members
+                      if previous is None or m not in previous.members)
+        if previous is not None and not added:
+            continue
+        nic = new.nics[opening.nic]
+        cause = _cause(old.nics.get(opening.nic) if old else None, nic, opening, previous,
+                       added, change)
+        yield _entry(nic, opening, change, cause, added if previous is not None else ())
+
+
+def _cause(old: Nic | None, nic: Nic, opening: Opening, previous: Opening | None,
+           added: tuple[str, ...], change: str) -> str:
+    verb = {"gained": ("added", "joined", "attached", "new"),
+            "lost": ("removed", "left", "detached", "gone")}[change]
+    if old is None:
+        return f"workload {verb[0]}"
+    if previous is not None:
+        what = "members" if opening.source.startswith("group ") else "tenants"
+        return f"{opening.source} has {verb[3]} {what}: {', '.join(added)}"
+    membership = next((c for c in opening.because if c.what == "membership"), None)
+    group = nic.groups[int(membership.path[-1])] if membership is not None else None
+    if group is not None and group not in old.groups:
+        return f"group {group} {verb[1]}"
+    if opening.via is not None and not any(
+            p.attachment.ref == c.ref for p in old.public for c in opening.because):
+        return f"external IP {verb[2]}"
+    if any(c.what == "port forward" for c in opening.because):
+        return f"port forward {verb[0]}"
+    return f"rule {verb[0]} or changed"
+
+
+def _entry(nic: Nic, opening: Opening, change: str, cause: str,
+           members: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "nic": nic.name, "workload": nic.workload.ref, "change": change,
+        "internet": opening.internet_facing, "opening": str(opening),
+        "source": opening.source, "traffic": str(opening.traffic),
+        "family": f"IPv{opening.family}", "via": opening.via, "cause": cause,
+        "members": list(members or opening.members),
+        "because": [str(c) for c in opening.because],
+    }
