@@ -288,8 +288,9 @@ class Reachability:
                 if traffic.admits(protocol, internal):
                     yield Opening(nic.name, source, Traffic(protocol, internal, internal),
                                   family, f"{public.shown} {protocol}/{external}",
-                                  (*because, Cause(public.attachment.ref,
-                                                   ("spec", "ports", index), "port forward")),
+                                  (*because, reached, Cause(public.attachment.ref,
+                                                            ("spec", "ports", index),
+                                                            "port forward")),
                                   space=cidr)
 
     # -- paths ----------------------------------------------------------------------------------

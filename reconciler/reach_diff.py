@@ -38,6 +38,8 @@ def _entries(old: Reachability | None, new: Reachability, change: str
         nic = new.nics[opening.nic]
         cause = _cause(old.nics.get(opening.nic) if old else None, nic, opening, previous,
                        added, change)
+        if cause == "rule":
+            cause = _rule_cause(old, new, opening, change)
         yield _entry(nic, opening, change, cause, added if previous is not None else ())
 
 
@@ -54,12 +56,33 @@ def _cause(old: Nic | None, nic: Nic, opening: Opening, previous: Opening | None
     group = nic.groups[int(membership.path[-1])] if membership is not None else None
     if group is not None and group not in old.groups:
         return f"group {group} {verb[1]}"
-    if opening.via is not None and not any(
-            p.attachment.ref == c.ref for p in old.public for c in opening.because):
-        return f"external IP {verb[2]}"
-    if any(c.what == "port forward" for c in opening.because):
-        return f"port forward {verb[0]}"
-    return f"rule {verb[0]} or changed"
+    if opening.via is not None:
+        reached = next(c.ref for c in opening.because if c.what == "external IP")
+        before = next((p for p in old.public if p.attachment.ref == reached), None)
+        if before is None:
+            return f"external IP {verb[2]}"
+        mine = next(p for p in nic.public if p.attachment.ref == reached)
+        if before.forwards != mine.forwards:
+            return "port forwards changed"
+    return "rule"
+
+
+def _rule_cause(old: Reachability | None, new: Reachability, opening: Opening,
+                change: str) -> str:
+    """A rule that admits it is new (or gone); or the rule is as it was and what it reaches
+    changed."""
+    written = next(c for c in opening.because if c.what == "rule")
+    kind, tenant, name = [*written.ref.split("/"), "", ""][:3]
+    rules = []
+    if old is not None and kind == "SecurityGroup" and len(written.path) == 3:
+        group = old.model.get(kind, tenant, name)
+        rules = list(getattr(group.obj.spec, str(written.path[1]))) if group else []
+    mine = new.model.get(kind, tenant, name)
+    rule = getattr(mine.obj.spec, str(written.path[1]))[int(written.path[2])] \
+        if mine is not None and len(written.path) == 3 else None
+    if rule is not None and rule in rules:
+        return "a segment, family or address of it changed"
+    return f"rule {'added' if change == 'gained' else 'removed'}"
 
 
 def _entry(nic: Nic, opening: Opening, change: str, cause: str,
