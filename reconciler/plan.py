@@ -21,7 +21,7 @@ from .order import Step, order
 if TYPE_CHECKING:
     from .contract import Exposure
 
-FORMAT_VERSION = "1.2"
+FORMAT_VERSION = "1.3"
 SUPPORTED_MAJOR = 1
 #: The order in which plans count and list actions: what destroys first.
 ACTION_ORDER = (Action.DELETE, Action.REPLACE, Action.CREATE, Action.UPDATE, Action.NOOP)

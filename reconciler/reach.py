@@ -149,7 +149,8 @@ class Opening:
 
     def __str__(self) -> str:
         via = f" via {self.via}" if self.via else ""
-        return f"{self.traffic} from {self.source}{via}"
+        family = " (IPv6)" if self.family == 6 and ":" not in self.source + via else ""
+        return f"{self.traffic} from {self.source}{via}{family}"
 
 
 class Reachability:
