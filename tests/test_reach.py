@@ -241,3 +241,28 @@ def test_reach_says_what_it_cannot_answer() -> None:
     text = _reach(EXAMPLE, "internet", "acme/web-1", "--port", "tcp/443")
     assert text.returncode == 0 and text.stdout.startswith(
         "internet → acme/web-1 (tcp/443): allowed\n")
+
+
+def test_many_entries_are_counted_per_tenant_beyond_the_limit() -> None:
+    from reconciler.plan_render import reachability_lines
+
+    entries = [{"nic": f"{tenant}/vm-{i}/0", "change": "gained", "internet": False,
+                "opening": "tcp/22 from network prod", "members": [], "cause": "rule added"}
+               for tenant in ("acme", "globex") for i in range(40)]
+    lines = reachability_lines({"reachability": entries}, limit=50)
+    assert len(lines) == 51
+    assert lines[-1] == "  … and 30 more: globex 30 (every entry is in the JSON plan)"
+
+
+def test_github_output_warns_of_what_opens_to_the_internet(
+        tmp_path: Path, public_db: tuple[Path, Validation]) -> None:
+    from reconciler.commands import render_plan
+
+    _repo, base = public_db
+    head = _with_public_db(copy_example(tmp_path / "head"))
+    _join_web(head)
+    out = render_plan(_plan(base, head), "github")
+    warnings = [line for line in out.splitlines() if line.startswith("::warning title=Opens")]
+    assert len(warnings) == 4
+    assert any("acme/db-1/0 can now be reached with tcp/443 from internet via 203.0.113."
+               in w and "group web joined" in w for w in warnings)
