@@ -307,9 +307,10 @@ class Reachability:
             return False
         if source.segment[0] is None or target.segment[0] is None:
             return False
-        return self._routed(source.segment, family) and self._routed(target.segment, family)
+        return self.routed(source.segment, family) and self.routed(target.segment, family)
 
-    def _routed(self, segment: tuple[str | None, str], family: int) -> bool:
+    def routed(self, segment: tuple[str | None, str], family: int) -> bool:
+        """Whether a segment has a gateway (a router port) in the family."""
         space = self.model.subnet_spaces(*segment).get(family)
         return space is not None and space.gateway is not None
 

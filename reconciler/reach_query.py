@@ -20,7 +20,7 @@ import netaddr
 from .check.netutil import network
 from .errors import UnetError
 from .models import Family
-from .reach import INTERNET, Cause, Nic, Public, Reachability, Traffic
+from .reach import INTERNET, Cause, Nic, Public, Reachability, Traffic, primary_index
 
 
 @dataclass
@@ -176,6 +176,16 @@ class Question:
                 out.append((False, f"{nic.name}: no egress rule of {_groups(nic)} admits "
                                    f"{self._what(True)} to {self.target.text}"))
                 continue
+            if space is not None and self._stays_inside(nic, family, space):
+                out.append((True, f"{nic.name} → {self.target.text} stays inside its network "
+                                  "(or a provider network it is on): "
+                                  + "; ".join(map(str, causes))))
+                continue
+            if not self._has_default_route(nic, family):
+                out.append((False, f"{nic.name} has no default route of IPv{family} (only "
+                                   "the primary attachment's subnet offers one, and a "
+                                   "provider network none)"))
+                continue
             exit_ = self._exit(nic, family)
             if exit_ is None:
                 out.append((False, f"{nic.name}: its network {nic.vn} has no NATGateway of "
@@ -184,6 +194,22 @@ class Question:
             out.append((True, f"{nic.name} → {self.target.text} leaves through NATGateway "
                               f"{exit_}: " + "; ".join(map(str, causes))))
         return out or [(False, f"{nic.name} has no address of {self.target.text}'s family")]
+
+    def _stays_inside(self, nic: Nic, family: int, space: netaddr.IPNetwork) -> bool:
+        """Whether `space` is reached without the network's router leading out: its own
+        CIDR, what its subnets route to an appliance inside it, its provider networks."""
+        model = self.reach.model
+        own = model.network_cidrs(nic.tenant, nic.vn).get(family)
+        inside = [own] if own is not None else []
+        inside += [network(c) for c in model.routed_inside(nic.tenant, nic.vn, family)]
+        return any(space in cidr for cidr in inside)
+
+    def _has_default_route(self, nic: Nic, family: int) -> bool:
+        """IPv4's default route is offered on the primary attachment only (by DHCP); IPv6's
+        by the router advertisements of every subnet with a gateway."""
+        if nic.segment[0] is None or not self.reach.routed(nic.segment, family):
+            return False
+        return family == 6 or nic.index == primary_index(nic.workload)
 
     def _exit(self, nic: Nic, family: int) -> str | None:
         model = self.reach.model
