@@ -105,12 +105,35 @@ def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, A
     diagnostics += _allocation_problems(desired)
     diagnostics += _warnings(head)
     exposure = exposure_of(changes, describe, before.describer() if before else describe)
+    touched = reach_scope(base, head) if base is not None else None
     reachability = reach_diff(
-        Reachability(before.model, before.allocations) if before is not None else None,
-        Reachability(desired.model, desired.allocations))
+        Reachability(before.model, before.allocations, touched) if before is not None
+        else None, Reachability(desired.model, desired.allocations, touched))
     return Plan("pr", desired.model.installation, inputs, observed, resources, changes,
                 order(changes), diagnostics, exposure, describe=describe,
                 reachability=reachability)
+
+
+def reach_scope(base: Validation, head: Validation) -> frozenset[str]:
+    """The tenants whose reachability a change can touch: those with a manifest added,
+    removed or changed, and those of a changed ProviderNetwork (named in its `tenants`, or
+    attached to it). No other provider kind decides what a rule lets in."""
+    before = {id(m): m for m in base.manifests}
+    after = {id(m): m for m in head.manifests}
+    moved = [m for key, m in before.items() if key not in after]
+    moved += [m for key, m in after.items() if key not in before]
+    tenants = {m.tenant for m in moved if m.obj.scope == "tenant" and m.tenant is not None}
+    tenants |= {m.name for m in moved if m.kind == "Tenant"}
+    networks = {m.name for m in moved if m.kind == "ProviderNetwork"}
+    for manifest in moved:
+        if manifest.kind == "ProviderNetwork":
+            tenants |= set(manifest.obj.spec.tenants)
+    for manifest in (*base.manifests, *head.manifests):
+        if networks and manifest.kind in WORKLOAD_KINDS and manifest.tenant is not None and any(
+                a.provider_network in networks
+                for a in manifest.obj.spec.network_attachments):
+            tenants.add(manifest.tenant)
+    return frozenset(tenants)
 
 
 def plan_live(head: Validation, managers: dict[str, Manager],

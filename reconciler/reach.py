@@ -156,9 +156,12 @@ class Opening:
 class Reachability:
     """Every NIC of a revision, and every way in to each."""
 
-    def __init__(self, model: Model, allocations: Allocations) -> None:
+    def __init__(self, model: Model, allocations: Allocations,
+                 tenants: frozenset[str] | None = None) -> None:
+        """With `tenants`, only their NICs (what a change of theirs can open)."""
         self.model = model
         self.allocations = allocations
+        self.tenants = tenants
         self.nics: dict[str, Nic] = {n.name: n for n in self._nics()}
         self._attach_public()
         self.members = self._members()
@@ -176,7 +179,7 @@ class Reachability:
     def _nics(self) -> Iterator[Nic]:
         for workload in self.model.workloads:
             vn = self.model.network_of_workload(workload)
-            if vn is None:
+            if vn is None or (self.tenants is not None and workload.tenant not in self.tenants):
                 continue
             for index, attachment in enumerate(workload.obj.spec.network_attachments):
                 port = port_key(workload, index)
