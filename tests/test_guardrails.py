@@ -22,7 +22,7 @@ from reconciler.cli import main
 from reconciler.diagnostics import Diagnostic
 from reconciler.validate import Validation, validate_repo
 
-from .conftest import ROOT
+from .conftest import EXAMPLE, ROOT, copy_checkout
 
 CASE = ROOT / "examples" / "broken" / "guardrail-denied"
 OFFICE = "cidr: 192.0.2.0/24"
@@ -325,3 +325,11 @@ def _rule(repo: Path, rule: str) -> None:
     path = repo / "tenants/acme/security-groups.yaml"
     head = path.read_text().split("    - protocol: tcp")[0]
     path.write_text(head + f"    - {rule}\n")
+
+
+def test_the_example_repo_guards_ssh_and_a_world_ssh_rule_breaks_it(tmp_path: Path) -> None:
+    repo = copy_checkout(EXAMPLE, tmp_path / "repo")
+    assert found(validate_repo(repo)) == []
+    edit(repo, "tenants/acme/security-groups.yaml", OFFICE, WORLD)
+    [denied] = found(validate_repo(repo))
+    assert denied.code == "GUARDRAIL_DENIED" and "acme/web-1/0" in denied.message
