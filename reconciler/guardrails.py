@@ -27,7 +27,7 @@ Nothing here runs unless the revision declares a Guardrail and passed every othe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,7 @@ from .check.context import Context
 from .check.netutil import network
 from .diagnostics import Diagnostic, json_pointer
 from .model import Model
-from .reach import Cause, Nic, Opening, Reachability
+from .reach import Cause, Nic, Opening, Reachability, Traffic
 from .schema import Manifest
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def evaluate(ctx: Context) -> list[Violation]:
     guardrails = ctx.kind("Guardrail")
     if not guardrails:
         return []
-    reach = Reachability(Model(ctx, _tenants(guardrails)), _fixed_addresses(ctx))
+    reach = _Suspects(Model(ctx, _tenants(guardrails)), _fixed_addresses(ctx), guardrails)
     return [Violation(guardrail, reach.nics[opening.nic], opening)
             for guardrail in sorted(guardrails, key=lambda g: g.name)
             for opening in reach.openings
@@ -75,7 +75,7 @@ def violates(guardrail: Manifest, nic: Nic, opening: Opening) -> bool:
     """Whether `opening` to `nic` is access `guardrail` forbids."""
     spec = guardrail.obj.spec
     return (_covers(opening.space, network(spec.match.from_))
-            and _admits(opening, spec.match.protocol, spec.match.ports)
+            and _admits(opening.traffic, spec.match.protocol, spec.match.ports)
             and _protected(spec.protects, nic)
             and not any(_exempts(exemption, nic) for exemption in spec.exemptions))
 
@@ -108,11 +108,11 @@ def _covers(space: netaddr.IPNetwork | None, wanted: netaddr.IPNetwork) -> bool:
     return space is not None and space.version == wanted.version and wanted in space
 
 
-def _admits(opening: Opening, protocol: str, ports: list[int] | None) -> bool:
+def _admits(traffic: Traffic, protocol: str, ports: list[int] | None) -> bool:
     if protocol == "all":
         return True
     wanted: list[int | None] = list(ports) if ports else [None]
-    return any(opening.traffic.admits(protocol, port) for port in wanted)
+    return any(traffic.admits(protocol, port) for port in wanted)
 
 
 def _protected(scope: Any, nic: Nic) -> bool:
@@ -140,6 +140,36 @@ def _fixed_addresses(ctx: Context) -> Allocations:
     others are shown as known after apply."""
     return Allocations({external_key(eip.tenant, eip.name): Allocation(eip.obj.spec.address)
                         for eip in ctx.kind("ExternalIP") if eip.obj.spec.address})
+
+
+class _Suspects(Reachability):
+    """The reachability as far as guardrails can see it: the ingress rules that may
+    open what one of them forbids. It leaves out no violation: an opening's source space
+    lies within its rule's CIDR, and its traffic within the rule's (a port forward only
+    narrows it), so a rule whose CIDR does not hold a guardrail's `from`, or whose traffic
+    admits none of its own, opens nothing it forbids; group remotes cover no CIDR."""
+
+    def __init__(self, model: Model, allocations: Allocations,
+                 guardrails: list[Manifest]) -> None:
+        self._matches = [(network(g.obj.spec.match.from_), g.obj.spec.match)
+                         for g in guardrails]
+        self._suspect: dict[tuple[Any, ...], bool] = {}  # a rule → whether it may violate
+        super().__init__(model, allocations)
+
+    def rules(self, nic: Nic, direction: str) -> Iterator[tuple[Any, Cause, Cause]]:
+        for found in super().rules(nic, direction):
+            if direction != "ingress" or self._may_violate(found[0]):
+                yield found
+
+    def _may_violate(self, rule: Any) -> bool:
+        traffic = Traffic.of(rule)
+        known = self._suspect.get((traffic, rule.cidr))
+        if known is None:
+            cidr = network(rule.cidr) if rule.cidr is not None else None
+            known = self._suspect[(traffic, rule.cidr)] = cidr is not None and any(
+                _covers(cidr, wanted) and _admits(traffic, match.protocol, match.ports)
+                for wanted, match in self._matches)
+        return known
 
 
 # -- where it is said -------------------------------------------------------------------------

@@ -311,13 +311,15 @@ def test_guardrails_wait_for_the_revision_to_have_no_other_error(repo: Path) -> 
 def test_without_guardrails_no_reachability_is_built(repo: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     (repo / "provider" / "guardrails.yaml").unlink()
-    edit(repo, "tenants/acme/security-groups.yaml", OFFICE, WORLD)
 
     def refuse(*_args: object) -> None:
         raise AssertionError("built a Reachability")
 
-    monkeypatch.setattr(guardrails, "Reachability", refuse)
+    monkeypatch.setattr(guardrails, "_Suspects", refuse)
     assert validate_repo(repo).ok
+    guardrail(repo)
+    with pytest.raises(AssertionError, match="built a Reachability"):
+        validate_repo(repo)
 
 
 def _rule(repo: Path, rule: str) -> None:
