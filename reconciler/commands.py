@@ -15,6 +15,7 @@ from .command import Command
 from .contract import ProgressFactory
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
 from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from .guardrails import against_base
 from .model import Model
 from .plan import Plan
 from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
@@ -81,13 +82,17 @@ def _github_plan(document: dict[str, Any], prefix: str) -> str:
 
 def _validated_head(args: argparse.Namespace, path: Path, rev: str | None,
                     parsed: ParsedFiles | None = None,
-                    plan: tuple[str, dict[str, Any]] | None = None) -> Validation | None:
+                    plan: tuple[str, dict[str, Any]] | None = None,
+                    base: Callable[[], Validation] | None = None) -> Validation | None:
     """The repo at `path` (`rev`), validated; None, said why, when it has errors (`plan`:
     the mode and inputs of the plan it would have given). Parsed files come from and go to
-    the parse cache, unless `parsed` is the caller's."""
+    the parse cache, unless `parsed` is the caller's. With `base` (a pull request's), what
+    a guardrail forbids is said at the change that opened it."""
     own = parsed_files(path, args.max_file_size, not args.no_cache) if parsed is None \
         else parsed
     head = validate_repo(path, rev, args.max_file_size, own)
+    if base is not None and head.violations:
+        head = against_base(head, base())
     if parsed is None:
         own.save()
     if not head.ok:
@@ -131,11 +136,19 @@ def _plan_between(args: argparse.Namespace) -> int:
               "base": revision_info(args.path, args.base)}
     # Files both revisions hold are parsed once, and shared.
     parsed = parsed_files(args.path, args.max_file_size, not args.no_cache)
-    head = _validated_head(args, args.path, head_rev, parsed, plan=("pr", inputs))
+    validated: list[Validation] = []
+
+    def base_revision() -> Validation:
+        if not validated:
+            validated.append(validate_repo(args.path, args.base, args.max_file_size, parsed))
+        return validated[0]
+
+    head = _validated_head(args, args.path, head_rev, parsed, plan=("pr", inputs),
+                           base=base_revision)
     if head is None:
         parsed.save()
         return EXIT_ERROR
-    base = validate_repo(args.path, args.base, args.max_file_size, parsed)
+    base = base_revision()
     parsed.save()
     inputs["base"].update(valid=base.ok, errors=sum(d.is_error for d in base.diagnostics))
     result = plan_between(base, head, inputs)

@@ -215,6 +215,16 @@ CODES: dict[str, CodeInfo] = {
     "PLUGIN_CONFIG_INVALID": CodeInfo(
         "Classes and managers", _E, "the plugin rejected its config"
     ),
+    # Guardrails
+    "GUARDRAIL_DENIED": CodeInfo(
+        "Guardrails", _E, "a deny Guardrail matches a way in to a workload NIC (a source "
+        "covering its `from`, its protocol and a port); said at the rule, membership or "
+        "external IP that grants it"
+    ),
+    "GUARDRAIL_WARNED": CodeInfo(
+        "Guardrails", _W, "a warn Guardrail matches a way in to a workload NIC, as "
+        "`GUARDRAIL_DENIED` says"
+    ),
     # Between two revisions (PR mode) and at plan time
     "IMMUTABLE_CHANGED": CodeInfo(
         "Between two revisions (PR mode) and at plan time",

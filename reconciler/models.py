@@ -292,6 +292,60 @@ class HostType(_ProviderResource):
     spec: HostTypeSpec
 
 
+class GuardrailMatch(_Model):
+    """The access a Guardrail forbids: connections from a source covering `from`, of
+    `protocol`, to any of `ports`."""
+
+    model_config = ConfigDict(json_schema_extra=editor_only(
+        allOf=[_forbidden_unless("protocol", ["tcp", "udp"], "ports")]))
+
+    from_: Cidr = Field(alias="from", description="Fires on openings whose source may have "
+                        "every address of this CIDR (0.0.0.0/0: the whole IPv4 internet); "
+                        "of one family: IPv6 needs a Guardrail of its own (::/0)")
+    protocol: Literal["tcp", "udp", "icmp", "icmpv6", "all"] = Field(
+        description="all: any traffic; icmp: ICMP of any type")
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] | None = Field(
+        default=None, min_length=1,
+        description="tcp and udp only: the workload's ports (after a port forward); "
+                    "default: any port")
+
+
+class GuardrailScope(_Model):
+    """Which workload NICs a Guardrail protects; every given list must match (a list
+    matches when the NIC has any of its values)."""
+
+    tenants: list[Name] | None = Field(default=None, min_length=1,
+                                       description="Default: every tenant")
+    networks: list[Name] | None = Field(
+        default=None, min_length=1, description="VirtualNetwork names; default: every network")
+    groups: list[Name] | None = Field(
+        default=None, min_length=1,
+        description="SecurityGroup names the NIC uses; default: any")
+
+
+class GuardrailExemption(_Model):
+    tenant: Name
+    workloads: list[Name] | None = Field(
+        default=None, min_length=1, description="Default: every workload of the tenant")
+    reason: str | None = None
+
+
+class GuardrailSpec(_Model):
+    action: Literal["deny", "warn"] = Field(
+        description="deny: GUARDRAIL_DENIED, an error; warn: GUARDRAIL_WARNED, a warning")
+    message: str = Field(min_length=1, description="Said with every violation")
+    match: GuardrailMatch
+    protects: GuardrailScope = Field(default_factory=GuardrailScope)
+    exemptions: list[GuardrailExemption] = Field(default_factory=list)
+
+
+class Guardrail(_ProviderResource):
+    """A provider's policy over the revision's reachability (reconciler/guardrails.py)."""
+
+    kind: Literal["Guardrail"]
+    spec: GuardrailSpec
+
+
 # --- tenant kinds ---------------------------------------------------------------------------
 
 
@@ -617,6 +671,7 @@ Resource = (
     | ProviderNetwork
     | Tenant
     | HostType
+    | Guardrail
     | VirtualNetwork
     | Subnet
     | SecurityGroup

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .cache import cache_dir
 from .check import Context, check
@@ -23,6 +24,9 @@ from .parse_cache import FileKey, ParseCache, ParsedFile, content_id
 from .plugins import installed_plugins
 from .schema import Manifest, validate_documents
 
+if TYPE_CHECKING:
+    from .guardrails import Violation
+
 
 @dataclass
 class Validation:
@@ -31,6 +35,8 @@ class Validation:
     context: Context | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: int = 0
+    #: What the revision's Guardrails forbid (their diagnostics are among `diagnostics`)
+    violations: list[Violation] = field(default_factory=list)
     _by_ref: dict[str, Manifest] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -143,7 +149,20 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
                               _unreadable(documents, manifests))
     diagnostics += problems
     n_files = sum(1 for item in items if isinstance(item, SourceFile))
-    return Validation(documents, manifests, context, diagnostics, n_files)
+    return _guarded(Validation(documents, manifests, context, diagnostics, n_files))
+
+
+def _guarded(validation: Validation) -> Validation:
+    """The revision judged by its Guardrails, once it has no other error (and only when it
+    declares one: the reachability is built for them alone)."""
+    ctx = validation.context
+    if ctx is None or not ctx.kind("Guardrail") or not validation.ok:
+        return validation
+    from .guardrails import diagnostics, evaluate
+
+    validation.violations = evaluate(ctx)
+    validation.diagnostics += diagnostics(validation.violations, validation.by_ref())
+    return validation
 
 
 def _unreadable(documents: list[Document],

@@ -161,7 +161,7 @@ def test_the_mutants_cover_every_manifest_and_every_kind_with_addresses() -> Non
     kinds = {mutant.name.split(":")[1].split("/")[0] for mutant in ADDRESSES}
     assert kinds == {"Tenant", "ExternalIPPool", "VirtualNetwork", "Subnet", "ProviderNetwork",
                      "SecurityGroup", "ComputeInstance", "BaremetalInstance", "Cluster",
-                     "ExternalIP"}
+                     "ExternalIP", "Guardrail"}
     assert {mutant.name.split(":")[2].split("=")[0] for mutant in REFERENCES_MISSPELT} == \
         REFERENCES
 

@@ -9,6 +9,7 @@ from ..schema import Manifest
 from .classes import check_classes, check_managers
 from .context import Context, Identity
 from .external import check_consumers, check_external_ips, check_quotas
+from .guardrails import check_guardrails
 from .networks import (
     check_networks,
     check_pools,
@@ -50,4 +51,5 @@ def check(
     check_external_ips(ctx)
     check_consumers(ctx)
     check_quotas(ctx)
+    check_guardrails(ctx)
     return ctx, ctx.diagnostics
