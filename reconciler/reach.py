@@ -307,6 +307,12 @@ class Reachability:
             return False
         return self._routed(source.segment, family) and self._routed(target.segment, family)
 
+    def routed(self, nic: Nic, family: int) -> bool:
+        """Whether the NIC's segment has a gateway of `family`: its only way out of its
+        network (a subnet without one is isolated in that family; a provider network has
+        no router of unet's)."""
+        return nic.segment[0] is not None and self._routed(nic.segment, family)
+
     def _routed(self, segment: tuple[str | None, str], family: int) -> bool:
         space = self.model.subnet_spaces(*segment).get(family)
         return space is not None and space.gateway is not None

@@ -178,14 +178,24 @@ class Question:
                 continue
             exit_ = self._exit(nic, family)
             if exit_ is None:
-                out.append((False, f"{nic.name}: its network {nic.vn} has no NATGateway of "
-                                   f"IPv{family}: new connections never leave it"))
+                out.append((False, self._no_exit(nic, family)))
                 continue
             out.append((True, f"{nic.name} → {self.target.text} leaves through NATGateway "
                               f"{exit_}: " + "; ".join(map(str, causes))))
         return out or [(False, f"{nic.name} has no address of {self.target.text}'s family")]
 
+    def _no_exit(self, nic: Nic, family: int) -> str:
+        if not self.reach.routed(nic, family):
+            return (f"{nic.name}: its segment {nic.segment[1]} has no IPv{family} gateway: "
+                    "nothing of that family leaves it")
+        return (f"{nic.name}: its network {nic.vn} has no NATGateway of IPv{family}: new "
+                "connections never leave it")
+
     def _exit(self, nic: Nic, family: int) -> str | None:
+        """The NATGateway a new connection of `family` leaves the NIC's network through:
+        None when its segment has no gateway of the family or its network no NATGateway."""
+        if not self.reach.routed(nic, family):
+            return None
         model = self.reach.model
         gateway = model.nat_gateways.get((nic.tenant, nic.vn))
         if gateway is None or model.external_ip_family(
@@ -228,7 +238,7 @@ class Question:
         exit_ = self._exit(source, family)
         if exit_ is None:
             return False, (f"{target.name} is reached from other networks at {public.shown}, "
-                           f"and {source.vn} has no NATGateway of IPv{family}")
+                           f"and {self._no_exit(source, family)}")
         dst = network(public.address) if public.address else None
         if not self._admitted(source, "egress", family, dst, None, None):
             return False, (f"no egress rule of {source.name}'s {_groups(source)} admits "
