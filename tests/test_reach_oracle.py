@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from .support.trace import (
     Port,
     applied,
     inbound,
+    learn_neighbours,
     manifest,
 )
 
@@ -64,6 +65,7 @@ class Net:
     subnets: list[str]
     groups: list[str]
     workloads: dict[str, int]  # name → number of NICs
+    public: list[str] = field(default_factory=list)  # ExternalIPs attached to its workloads
 
 
 @dataclass
@@ -71,6 +73,8 @@ class Repo:
     files: dict[str, list[dict[str, Any]]]
     nets: list[Net]
     public: dict[tuple[str, str], str]  # (tenant, ExternalIP) → target workload
+    #: (tenant, ExternalIP) → the network of its target
+    homes: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def text(self) -> str:
         return "\n".join(f"# {rel}\n" + yaml.safe_dump_all(docs, sort_keys=False)
@@ -115,8 +119,8 @@ def _rule(draw: st.DrawFn, net: Net) -> dict[str, Any]:
         rule["icmpType"] = 8  # echo request: ICMPv4 only
     v4, v6 = _cidrs(net)
     remotes: list[dict[str, str]] = [{"cidr": c} for c in (
-        "0.0.0.0/0", v4, f"10.{net.number}.1.0/24", f"10.{net.number}.2.0/25",
-        *OUTSIDE_CIDRS)]
+        "0.0.0.0/0", "0.0.0.0/0", v4, f"10.{net.number}.1.0/24", f"10.{net.number}.2.0/25",
+        POOL, *OUTSIDE_CIDRS)]
     remotes += [{"securityGroup": g} for g in (*net.groups, "default")]
     if v6 is not None and "icmpType" not in rule:
         remotes += [{"cidr": "::/0"}, {"cidr": v6}]
@@ -136,7 +140,7 @@ def _unique(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _groups(draw: st.DrawFn, net: Net) -> list[dict[str, Any]]:
     docs = []
     for group in net.groups:
-        ingress = _unique(draw(st.lists(_rule(net), max_size=3)))
+        ingress = _unique(draw(st.lists(_rule(net), min_size=1, max_size=3)))
         egress = _unique(draw(st.lists(_rule(net), max_size=2)))
         docs.append(manifest("SecurityGroup", group, {
             "virtualNetwork": net.name, "ingress": ingress, "egress": egress}))
@@ -206,6 +210,7 @@ def _external(draw: st.DrawFn, net: Net, workloads: list[dict[str, Any]],
         docs += [manifest("ExternalIP", name, {"pool": "public"}),
                  manifest("ExternalIPAttachment", name, spec)]
         public[(net.tenant, name)] = target
+        net.public.append(name)
     return docs
 
 
@@ -217,7 +222,8 @@ def repos(draw: st.DrawFn) -> Repo:
     public: dict[tuple[str, str], str] = {}
     for tenant in tenants:
         for index in range(draw(st.integers(1, 2))):
-            number = len(nets) + 1
+            # a second tenant's network may have the first one's CIDRs (isolated: allowed)
+            number = draw(st.sampled_from(sorted({len(nets) + 1, index + 1})))
             name = "ab"[index] + "net"
             net = Net(tenant, name, number, draw(st.booleans()),
                       [f"{name}-s{s}" for s in range(1, draw(st.integers(1, 3)) + 1)],
@@ -249,8 +255,10 @@ class Question:
     def kind(self) -> str:
         if self.target == OUTSIDE:
             return "NIC → internet"
-        return "internet → public address" if self.source in (OUTSIDE, OFFICE) else \
-            "NIC → NIC"
+        if self.source in (OUTSIDE, OFFICE):
+            return "internet → public address"
+        return "NIC → public address of another network" if self.target.startswith("203.") \
+            else "NIC → NIC"
 
     def __str__(self) -> str:
         return f"unet reach REPO {self.source} {self.target} --port {self.port}"
@@ -275,6 +283,11 @@ def questions(repo: Repo, addresses: dict[tuple[str, str], str]) -> st.SearchStr
         kinds.append(st.builds(Question, st.sampled_from((OUTSIDE, OFFICE)),
                                st.sampled_from(sorted(addresses.values())), _ports(repo)))
     kinds.append(st.builds(Question, st.sampled_from(every), st.just(OUTSIDE), _ports(repo)))
+    across = [(nic, addresses[(home.tenant, eip)]) for home in repo.nets for eip in home.public
+              for net in repo.nets if net is not home for nic in _nics(net)]
+    if across:  # out through one network's NATGateway, in through another's public address
+        kinds.append(st.builds(lambda pair, port: Question(*pair, port),
+                               st.sampled_from(across), _ports(repo)))
     return st.one_of(kinds)
 
 
@@ -295,6 +308,7 @@ class Wire:
     def __init__(self, fabric: Fabric, repo: Repo) -> None:
         self.fabric, self.nb, self.repo = fabric, fabric.nb, repo
         self.addresses = {key: self.nb.external_ip(*key) for key in repo.public}
+        learn_neighbours(fabric, self.addresses.values())
 
     def port(self, nic: str) -> Port:
         tenant, workload, index = nic.split("/")
@@ -315,6 +329,8 @@ class Wire:
             return self._outbound(question)
         if question.source in (OUTSIDE, OFFICE):
             return self._inbound(question)
+        if question.target in self.addresses.values():
+            return self._across(question)
         return self._between(question)
 
     def _between(self, question: Question) -> bool:
@@ -329,12 +345,22 @@ class Wire:
                 return True
         return False
 
+    def _target(self, address: str) -> Port:
+        """The NIC a public address leads to (the primary: attachment 0 here)."""
+        key = next(k for k, a in self.addresses.items() if a == address)
+        return self.port(f"{key[0]}/{self.repo.public[key]}/0")
+
+    def _across(self, question: Question) -> bool:
+        source, mac = self.port(question.source), self.gateway_mac(question.source)
+        if mac is None or source.ip4 is None:
+            return False
+        result = self.fabric.send(source, mac, question.target, _rest(question.port, 4))
+        return self._target(question.target).name in result.ports
+
     def _inbound(self, question: Question) -> bool:
-        key = next(k for k, a in self.addresses.items() if a == question.target)
-        nic = f"{key[0]}/{self.repo.public[key]}/0"
         result = inbound(self.fabric, REGION, question.target, _rest(question.port, 4),
                          src=question.source)
-        return self.port(nic).name in result.ports
+        return self._target(question.target).name in result.ports
 
     def _outbound(self, question: Question) -> bool:
         source, mac = self.port(question.source), self.gateway_mac(question.source)
@@ -395,3 +421,51 @@ def test_the_model_answers_as_ovn_trace(repo: Repo, data: st.DataObject,
                              f"  ovn-trace: {not answer.allowed}")
         assert not wrong, "the model and ovn-trace disagree:\n" + "\n".join(wrong) + \
             "\n--- the repo ---\n" + repo.text()
+
+
+def _open_web(tenant: str, number: int) -> dict[str, list[dict[str, Any]]]:
+    """A network whose one VM is open on tcp/443 to everyone, with a public address and a
+    NATGateway."""
+    prefix = f"tenants/{tenant}/anet"
+    return {
+        f"{prefix}/network.yaml": [
+            manifest("VirtualNetwork", "anet", {"region": REGION,
+                                                "ipv4Cidr": f"10.{number}.0.0/16"}),
+            manifest("Subnet", "anet-s1", {"virtualNetwork": "anet",
+                                           "ipv4Cidr": f"10.{number}.1.0/24"})],
+        f"{prefix}/groups.yaml": [manifest("SecurityGroup", "anet-g0", {
+            "virtualNetwork": "anet",
+            "ingress": [{"protocol": "tcp", "portFrom": 443, "portTo": 443,
+                         "cidr": "0.0.0.0/0"}],
+            "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"}]})],
+        f"{prefix}/workloads.yaml": [manifest("ComputeInstance", "anet-w0", {
+            "networkAttachments": [{"subnet": "anet-s1", "securityGroups": ["anet-g0"]}]})],
+        f"{prefix}/external.yaml": [
+            manifest("ExternalIP", "anet-nat", {"pool": "public"}),
+            manifest("NATGateway", "anet", {"virtualNetwork": "anet",
+                                            "externalIP": "anet-nat"}),
+            manifest("ExternalIP", "anet-pub", {"pool": "public"}),
+            manifest("ExternalIPAttachment", "anet-pub", {
+                "externalIP": "anet-pub",
+                "target": {"kind": "ComputeInstance", "name": "anet-w0"}})]}
+
+
+def test_the_oracle_sees_ways_in_from_outside(tmp_path: Path) -> None:
+    """The ways in random repos rarely open, on a fixed repo: the internet to a public
+    address, and one network to another's public address (out through its NATGateway).
+    Both are allowed by the model and delivered by ovn-trace, and tcp/22 is neither."""
+    files = {**_provider(["t1", "t2"]), **_open_web("t1", 1), **_open_web("t2", 2)}
+    nets = [Net(t, "anet", n, False, ["anet-s1"], ["anet-g0"], {"anet-w0": 1}, ["anet-pub"])
+            for t, n in (("t1", 1), ("t2", 2))]
+    repo = Repo(files, nets, {(t, "anet-pub"): "anet-w0" for t in ("t1", "t2")})
+    with _applied(repo, tmp_path) as fabric:
+        reach, wire = _model(fabric.repo), Wire(fabric, repo)
+        public = wire.addresses[("t1", "anet-pub")]
+        for source, port, expected in ((OUTSIDE, "tcp/443", True),
+                                       ("t2/anet-w0/0", "tcp/443", True),
+                                       (OUTSIDE, "tcp/22", False),
+                                       ("t2/anet-w0/0", "tcp/22", False)):
+            question = Question(source, public, port)
+            answer = ask(reach, source, public, port)
+            assert (answer.allowed, wire.allowed(question)) == (expected, expected), \
+                f"{question}: model {answer.allowed} {answer.because}"

@@ -15,7 +15,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -336,6 +336,28 @@ class Fabric:
         assert len(replies) == 1, f"no single ARP reply for {target}\n{result}"
         assert replies[0]["arp.spa"] == target and replies[0]["eth.dst"] == port.mac, result
         return replies[0]["arp.sha"]
+
+
+def learn_neighbours(fabric: Fabric, addresses: Iterable[str]) -> None:
+    """What routers learn by ARP before a first packet goes out (OVN buffers it meanwhile):
+    the MAC that answers each public address on the external switch, as the Southbound
+    MAC_Binding an ovn-controller writes for every other router's gateway port there.
+    ovn-trace follows no ARP exchange: without this, a packet from one network to
+    another's public address ends in an ARP request."""
+    region = next(iter(fabric.upstream))
+    answers = {address: fabric.resolve(fabric.upstream[region], address)
+               for address in addresses}
+    for tag, row in fabric.nb.rows.items():
+        if row["_table"] != "Logical_Router_Port" or not tag.endswith("/external"):
+            continue
+        router = next(r["name"] for r in fabric.nb.by_uuid.values()
+                      if r["_table"] == "Logical_Router" and row["_uuid"] in as_list(r["ports"]))
+        datapath = fabric.lab.sbctl("--bare", "--columns=_uuid", "find", "Datapath_Binding",
+                                    f"external_ids:name={router}").strip()
+        for address, mac in answers.items():
+            if mac != row["mac"]:
+                fabric.lab.sbctl("create", "MAC_Binding", f"logical_port={row['name']}",
+                                 f"ip={address}", f'mac="{mac}"', f"datapath={datapath}")
 
 
 def read_docs(repo: Path, rel: str) -> list[dict[str, Any]]:
