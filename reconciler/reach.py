@@ -310,10 +310,15 @@ class Reachability:
             return False
         if source.segment[0] is None or target.segment[0] is None:
             return False
-        return self.routed(source.segment, family) and self.routed(target.segment, family)
+        return self._routed(source.segment, family) and self._routed(target.segment, family)
 
-    def routed(self, segment: tuple[str | None, str], family: int) -> bool:
-        """Whether a segment has a gateway (a router port) in the family."""
+    def routed(self, nic: Nic, family: int) -> bool:
+        """Whether the NIC's segment has a gateway of `family`: its only way out of its
+        network (a subnet without one is isolated in that family; a provider network has
+        no router of unet's)."""
+        return nic.segment[0] is not None and self._routed(nic.segment, family)
+
+    def _routed(self, segment: tuple[str | None, str], family: int) -> bool:
         space = self.model.subnet_spaces(*segment).get(family)
         return space is not None and space.gateway is not None
 

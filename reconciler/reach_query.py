@@ -20,7 +20,7 @@ import netaddr
 from .check.netutil import network
 from .errors import UnetError
 from .models import Family
-from .reach import INTERNET, Cause, Nic, Public, Reachability, Traffic, primary_index
+from .reach import INTERNET, Cause, Nic, Public, Reachability, Traffic
 
 
 @dataclass
@@ -181,15 +181,9 @@ class Question:
                                   "(or a provider network it is on): "
                                   + "; ".join(map(str, causes))))
                 continue
-            if not self._has_default_route(nic, family):
-                out.append((False, f"{nic.name} has no default route of IPv{family} (only "
-                                   "the primary attachment's subnet offers one, and a "
-                                   "provider network none)"))
-                continue
             exit_ = self._exit(nic, family)
             if exit_ is None:
-                out.append((False, f"{nic.name}: its network {nic.vn} has no NATGateway of "
-                                   f"IPv{family}: new connections never leave it"))
+                out.append((False, self._no_exit(nic, family)))
                 continue
             out.append((True, f"{nic.name} → {self.target.text} leaves through NATGateway "
                               f"{exit_}: " + "; ".join(map(str, causes))))
@@ -204,14 +198,18 @@ class Question:
         inside += [network(c) for c in model.routed_inside(nic.tenant, nic.vn, family)]
         return any(space in cidr for cidr in inside)
 
-    def _has_default_route(self, nic: Nic, family: int) -> bool:
-        """IPv4's default route is offered on the primary attachment only (by DHCP); IPv6's
-        by the router advertisements of every subnet with a gateway."""
-        if nic.segment[0] is None or not self.reach.routed(nic.segment, family):
-            return False
-        return family == 6 or nic.index == primary_index(nic.workload)
+    def _no_exit(self, nic: Nic, family: int) -> str:
+        if not self.reach.routed(nic, family):
+            return (f"{nic.name}: its segment {nic.segment[1]} has no IPv{family} gateway: "
+                    "nothing of that family leaves it")
+        return (f"{nic.name}: its network {nic.vn} has no NATGateway of IPv{family}: new "
+                "connections never leave it")
 
     def _exit(self, nic: Nic, family: int) -> str | None:
+        """The NATGateway a new connection of `family` leaves the NIC's network through:
+        None when its segment has no gateway of the family or its network no NATGateway."""
+        if not self.reach.routed(nic, family):
+            return None
         model = self.reach.model
         gateway = model.nat_gateways.get((nic.tenant, nic.vn))
         if gateway is None or model.external_ip_family(
@@ -254,7 +252,7 @@ class Question:
         exit_ = self._exit(source, family)
         if exit_ is None:
             return False, (f"{target.name} is reached from other networks at {public.shown}, "
-                           f"and {source.vn} has no NATGateway of IPv{family}")
+                           f"and {self._no_exit(source, family)}")
         dst = network(public.address) if public.address else None
         if not self._admitted(source, "egress", family, dst, None, None):
             return False, (f"no egress rule of {source.name}'s {_groups(source)} admits "

@@ -22,372 +22,36 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from .conftest import EXAMPLE, copy_checkout, use_northbound
-from .support.ovnlab import OvnLab
+from .conftest import EXAMPLE, copy_checkout
 from .support.ovnrun import assert_noop
+from .support.trace import (
+    API,
+    OUTSIDE,
+    TCP,
+    Fabric,
+    Port,
+    Trace,
+    allowed_by,
+    append_docs,
+    applied,
+    arp_request,
+    as_list,
+    delivered,
+    dropped,
+    inbound,
+    ip_packet,
+    manifest,
+    read_docs,
+    trace,
+)
 
-OUTSIDE = "198.18.0.1"  # RFC 2544 benchmarking space: "somewhere on the Internet"
 OFFICE = "192.0.2.10"  # inside 192.0.2.0/24, the example's office / DR site
-NEW = ("--ct=new",) * 6  # more than any path here has; extra flags are unused
-TABLES = ("Logical_Switch", "Logical_Switch_Port", "Logical_Router", "Logical_Router_Port",
-          "Port_Group", "Address_Set")
-UPSTREAM_MAC = "02:00:5e:00:00:{:02x}"
-API = "network.osac.io/v1alpha1"
-
-
-# --- the applied Northbound, by unet:key -----------------------------------------------------
-
-
-def _ovsdb(value: Any) -> Any:
-    if isinstance(value, list) and len(value) == 2 and isinstance(value[0], str):
-        kind, inner = value
-        if kind == "map":
-            return {k: _ovsdb(v) for k, v in inner}
-        if kind == "set":
-            return [_ovsdb(v) for v in inner]
-        if kind == "uuid":
-            return inner
-    return value
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-@dataclass(frozen=True)
-class Port:
-    """A logical switch port as traffic sees it."""
-
-    name: str
-    switch: str
-    mac: str
-    ip4: str | None = None
-    ip6: str | None = None
-    extra: tuple[str, ...] = ()  # further addresses (cluster VIPs)
-
-
-@dataclass(frozen=True)
-class RouterPort:
-    name: str
-    mac: str
-    ip4: str | None
-    ip6: str | None
-
-
-class Northbound:
-    """unet's rows of the applied Northbound database, found by their `unet:key` tag."""
-
-    def __init__(self, lab: OvnLab) -> None:
-        self.rows: dict[str, dict[str, Any]] = {}
-        self.by_uuid: dict[str, dict[str, Any]] = {}
-        for table in TABLES:
-            listing = json.loads(lab.nbctl("--format=json", "list", table))
-            for data in listing["data"]:
-                row = {h: _ovsdb(v) for h, v in zip(listing["headings"], data, strict=True)}
-                row["_table"] = table
-                self.by_uuid[row["_uuid"]] = row
-                tag = row["external_ids"].get("unet:key")
-                if tag is not None:
-                    self.rows[tag] = row
-        self.switch_of = {uuid: ls["name"] for ls in self.by_uuid.values()
-                          if ls["_table"] == "Logical_Switch"
-                          for uuid in _as_list(ls["ports"])}
-
-    def row(self, tag: str) -> dict[str, Any]:
-        assert tag in self.rows, f"unet wrote no row {tag}"
-        return self.rows[tag]
-
-    def port(self, tenant: str, kind: str, name: str, index: int = 0) -> Port:
-        row = self.row(f"Logical_Switch_Port/{tenant}/{kind}/{name}/{index}")
-        return self._port(row)
-
-    def _port(self, row: dict[str, Any]) -> Port:
-        mac, *addresses = _as_list(row["addresses"])[0].split()
-        ip4 = [a for a in addresses if ":" not in a]
-        ip6 = [a for a in addresses if ":" in a]
-        return Port(row["name"], self.switch_of[row["_uuid"]], mac,
-                    ip4[0] if ip4 else None, ip6[0] if ip6 else None, tuple(ip4[1:]))
-
-    def tenant_ports(self, tenant: str) -> list[Port]:
-        """Every workload port of a tenant."""
-        return [self._port(row) for tag, row in self.rows.items()
-                if tag.startswith(f"Logical_Switch_Port/{tenant}/")
-                and row["type"] == "" and tag.count("/") == 4]
-
-    def router_port(self, tag: str) -> RouterPort:
-        row = self.row(tag)
-        networks = [n.split("/")[0] for n in _as_list(row["networks"])]
-        return RouterPort(row["name"], row["mac"],
-                          next((n for n in networks if ":" not in n), None),
-                          next((n for n in networks if ":" in n), None))
-
-    def gateway(self, tenant: str, subnet: str) -> RouterPort:
-        """The router port that is the subnet's gateway."""
-        return self.router_port(f"Logical_Router_Port/{tenant}/{subnet}")
-
-    def external_ip(self, tenant: str, name: str) -> str:
-        """The allocated address of an ExternalIP (its reservation row)."""
-        return _as_list(self.row(f"Address_Set/{tenant}/eip/{name}")["addresses"])[0]
-
-    def group(self, tenant: str, vn: str, name: str | None = None) -> str:
-        """The Port_Group name of a security group (or, without a name, of the whole VN)."""
-        tag = f"Port_Group/{tenant}/{vn}" + (f"/{name}" if name else "")
-        return self.row(tag)["name"]
-
-    def datapaths(self, tenant: str) -> set[str]:
-        """Names of the tenant's switches and routers."""
-        return {row["name"] for tag, row in self.rows.items()
-                if tag.split("/")[0] in ("Logical_Switch", "Logical_Router")
-                and tag.split("/")[1] == tenant}
-
-
-# --- ovn-trace output --------------------------------------------------------------------------
-
-_HEADER = re.compile(r'^\s*(ingress|egress)\(dp="([^"]+)"')
-_STAGE = re.compile(r"^\s*\d+\. (\S+) \([^)]*\): (.*), priority (\d+), uuid [0-9a-f]+$")
-_CT = re.compile(r"^\s*ct_next\(ct_state=([^)]*)\)$")
-_BLOCK = re.compile(r"^(\w+)(?:\((.*)\))?(?:\s*/\*.*\*/)?\s*\{$")
-_ASSIGN = re.compile(r"^([a-z][a-z0-9_.]*) = (.+);$")
-_OUTPUT = re.compile(r'^output\("([^"]+)"\);$')
-
-
-def _normal(name: str, value: str) -> str:
-    """ovn-trace prints some MACs as integers (0x251fd534f4d)."""
-    if value.startswith("0x") and (name.startswith("eth.") or name in ("arp.sha", "arp.tha",
-                                                                       "nd.sll", "nd.tll")):
-        digits = f"{int(value, 16):012x}"
-        return ":".join(digits[i:i + 2] for i in range(0, 12, 2))
-    return value
-
-
-@dataclass
-class Stage:
-    datapath: str
-    table: str
-    match: str
-    priority: int
-    actions: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Trace:
-    flow: str
-    text: str
-    outputs: list[tuple[str, dict[str, str]]]  # (port, the packet's fields as it leaves)
-    stages: list[Stage]
-    ct_states: list[str]
-    minimal: list[str]
-
-    @classmethod
-    def parse(cls, flow: str, text: str, fields: dict[str, str]) -> Trace:
-        detailed = text.split("# Detailed trace.", 1)[1].split("# Summary trace.", 1)[0]
-        minimal = text.split("# Minimal trace.", 1)[1].strip().splitlines()
-        stages: list[Stage] = []
-        ct_states: list[str] = []
-        datapath = ""
-        for line in detailed.splitlines():
-            if header := _HEADER.match(line):
-                datapath = header.group(2)
-            elif stage := _STAGE.match(line):
-                stages.append(Stage(datapath, stage.group(1), stage.group(2),
-                                    int(stage.group(3))))
-            elif ct := _CT.match(line):
-                ct_states.append(ct.group(1))
-            elif stages and line.startswith("    ") and line.strip():
-                stages[-1].actions.append(line.strip())
-        outputs: list[tuple[str, dict[str, str]]] = []
-        stack = [dict(fields)]
-        for raw in minimal:
-            line = raw.strip()
-            if line in ("};", "}"):
-                stack.pop()
-            elif block := _BLOCK.match(line):
-                inner = dict(stack[-1])
-                for part in (block.group(2) or "").split(","):
-                    name, _, value = part.strip().partition("=")
-                    if "." in name and value:
-                        inner[name.strip()] = _normal(name.strip(), value.strip())
-                stack.append(inner)
-            elif out := _OUTPUT.match(line):
-                outputs.append((out.group(1), dict(stack[-1])))
-            elif assign := _ASSIGN.match(line):
-                stack[-1][assign.group(1)] = _normal(assign.group(1), assign.group(2))
-        return cls(flow, text, outputs, stages, ct_states, minimal)
-
-    def __str__(self) -> str:
-        return f"ovn-trace of {self.flow}\n" + "\n".join(self.minimal) + "\n" + self.text
-
-    @property
-    def ports(self) -> list[str]:
-        return [port for port, _ in self.outputs]
-
-    @property
-    def datapaths(self) -> set[str]:
-        return {stage.datapath for stage in self.stages}
-
-    @property
-    def drops(self) -> list[Stage]:
-        return [s for s in self.stages if "drop;" in s.actions]
-
-    def acls(self, table: str) -> list[Stage]:
-        """The stages of `table` (ls_in_acl, ls_out_acl) where one of unet's ACLs matched."""
-        return [s for s in self.stages if s.table == table and "@unet." in s.match]
-
-
-def trace(lab: OvnLab, datapath: str, fields: dict[str, str], rest: str,
-          ct: tuple[str, ...] = NEW) -> Trace:
-    flow = " && ".join([*(f"{k} == {v}" for k, v in fields.items()), rest])
-    result = Trace.parse(flow, lab.trace(datapath, flow, "--all", *ct), fields)
-    if ct == NEW:
-        assert all("new" in s.split("|") for s in result.ct_states), \
-            f"a conntrack step was not traced as new: {result.ct_states}\n{result}"
-    return result
-
-
-def delivered(result: Trace, port: Port | str) -> dict[str, str]:
-    """Assert the packet leaves through `port` only; its fields there."""
-    name = port if isinstance(port, str) else port.name
-    assert result.ports == [name], f"expected delivery to {name} only\n{result}"
-    assert not result.drops, f"delivered, but something dropped a copy\n{result}"
-    return result.outputs[0][1]
-
-
-def dropped(result: Trace, table: str, datapath: str, match: str | None = None) -> Stage:
-    """Assert the packet goes nowhere and was dropped in `table` of `datapath`."""
-    assert result.ports == [], f"expected a drop, but it was output\n{result}"
-    assert len(result.drops) == 1, f"expected exactly one drop\n{result}"
-    stage = result.drops[0]
-    assert (stage.table, stage.datapath) == (table, datapath), \
-        f"dropped in {stage.table} of {stage.datapath}, not {table} of {datapath}\n{result}"
-    if match is not None:
-        assert match in stage.match, f"dropped by {stage.match!r}, not {match!r}\n{result}"
-    return stage
-
-
-def allowed_by(result: Trace, table: str, *parts: str) -> Stage:
-    """Assert one of unet's ACLs in `table` matched and its match contains `parts`."""
-    acls = result.acls(table)
-    assert len(acls) == 1, f"expected one unet ACL verdict in {table}, got {acls}\n{result}"
-    assert "drop;" not in acls[0].actions, f"{table} dropped\n{result}"
-    for part in parts:
-        assert part in acls[0].match, f"{part!r} not in the deciding ACL {acls[0].match!r}"
-    return acls[0]
-
-
-def ip_packet(port: Port, eth_dst: str, dst: str, *, src: str | None = None,
-              eth_src: str | None = None) -> dict[str, str]:
-    family = "ip6" if ":" in dst else "ip4"
-    source = src or (port.ip6 if family == "ip6" else port.ip4)
-    assert source is not None, f"{port.name} has no {family} address"
-    return {"inport": f'"{port.name}"', "eth.src": eth_src or port.mac, "eth.dst": eth_dst,
-            f"{family}.src": source, f"{family}.dst": dst}
-
-
-def arp_request(inport: str, mac: str, ip: str, target: str) -> dict[str, str]:
-    return {"inport": f'"{inport}"', "eth.src": mac, "eth.dst": "ff:ff:ff:ff:ff:ff",
-            "arp.op": "1", "arp.sha": mac, "arp.spa": ip, "arp.tha": "00:00:00:00:00:00",
-            "arp.tpa": target}
-
-
-TCP = "ip.ttl == 64 && tcp && tcp.dst == {}"
-
-
-# --- the labs ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Fabric:
-    lab: OvnLab
-    nb: Northbound
-    repo: Path
-    upstream: dict[str, Port]  # region → the upstream router's port on its external switch
-
-    def send(self, port: Port, eth_dst: str, dst: str, rest: str, *, src: str | None = None,
-             eth_src: str | None = None, ct: tuple[str, ...] = NEW) -> Trace:
-        return trace(self.lab, port.switch, ip_packet(port, eth_dst, dst, src=src,
-                                                      eth_src=eth_src), rest, ct)
-
-    def arp(self, port: Port, target: str) -> Trace:
-        assert port.ip4 is not None
-        return trace(self.lab, port.switch, arp_request(port.name, port.mac, port.ip4, target),
-                     "1", ())
-
-    def solicit(self, port: Port, target: str) -> Trace:
-        """`port`'s IPv6 neighbour solicitation for `target`, to its solicited-node group."""
-        assert port.ip6 is not None
-        group = ipaddress.IPv6Address(int(ipaddress.IPv6Address("ff02::1:ff00:0"))
-                                      | int(ipaddress.IPv6Address(target)) & 0xFFFFFF)
-        fields = {"inport": f'"{port.name}"', "eth.src": port.mac,
-                  "eth.dst": "33:33:" + ":".join(f"{b:02x}" for b in group.packed[-4:]),
-                  "ip6.src": port.ip6, "ip6.dst": str(group), "nd.target": target}
-        return trace(self.lab, port.switch, fields, "nd_ns", ())
-
-    def resolve(self, port: Port, target: str) -> str:
-        """The MAC that answers `port`'s ARP request (IPv6: neighbour solicitation) for
-        `target`."""
-        if ":" in target:
-            result = self.solicit(port, target)
-            adverts = [f for name, f in result.outputs if name == port.name and "nd.tll" in f]
-            assert len(adverts) == 1, f"no single neighbour advertisement for {target}\n{result}"
-            assert adverts[0]["nd.target"] == target, result
-            return adverts[0]["nd.tll"]
-        result = self.arp(port, target)
-        replies = [f for name, f in result.outputs
-                   if name == port.name and f.get("arp.op") == "2"]
-        assert len(replies) == 1, f"no single ARP reply for {target}\n{result}"
-        assert replies[0]["arp.spa"] == target and replies[0]["eth.dst"] == port.mac, result
-        return replies[0]["arp.sha"]
-
-
-def _docs(repo: Path, rel: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((repo / rel).read_text()) if d]
-
-
-def _append(repo: Path, rel: str, *docs: dict[str, Any]) -> None:
-    path = repo / rel
-    old = path.read_text() if path.exists() else ""
-    path.write_text(old + "".join("\n---\n" + yaml.safe_dump(d, sort_keys=False) for d in docs))
-
-
-def _pool_gateways(repo: Path) -> dict[str, dict[int, str]]:
-    """Region → family → the address of the upstream router: its pools' gateway (by
-    default their first host)."""
-    out: dict[str, dict[int, str]] = {}
-    for pool in _docs(repo, "provider/pools.yaml"):
-        spec = pool["spec"]
-        cidr = ipaddress.ip_network(spec["cidr"])
-        gateway = spec.get("gateway") or str(cidr.network_address + 1)
-        out.setdefault(spec["region"], {}).setdefault(cidr.version, gateway)
-    return out
-
-
-@contextmanager
-def applied(root: Path, repo: Path) -> Iterator[Fabric]:
-    """A lab whose Northbound holds the repo, applied by `unet apply`, plus upstream routers."""
-    with OvnLab(root / "ovn") as lab:
-        use_northbound(repo, lab.nb_remote)
-        run = subprocess.run([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
-                              "--manager", "ovn", "--auto-approve"],
-                             capture_output=True, text=True, cwd=repo, timeout=120)
-        assert run.returncode == 0, run.stdout + run.stderr
-        upstream = {}
-        for index, (region, gateways) in enumerate(sorted(_pool_gateways(repo).items()),
-                                                   start=1):
-            switch = Northbound(lab).row(f"Logical_Switch/external/{region}")["name"]
-            name, mac = f"upstream.{region}", UPSTREAM_MAC.format(index)
-            lab.nbctl("lsp-add", switch, name, "--", "lsp-set-addresses", name,
-                      " ".join([mac, *gateways.values()]))
-            upstream[region] = Port(name, switch, mac, gateways.get(4), gateways.get(6))
-        lab.sync()
-        yield Fabric(lab, Northbound(lab), repo, upstream)
 
 
 @pytest.fixture(scope="module")
@@ -408,16 +72,16 @@ def inbound_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     root = tmp_path_factory.mktemp("trace-inbound")
     repo = root / "repo"
     copy_checkout(EXAMPLE, repo)
-    _append(repo, "tenants/initech/security-groups.yaml", {
+    append_docs(repo, "tenants/initech/security-groups.yaml", {
         "apiVersion": API, "kind": "SecurityGroup", "metadata": {"name": "launch"},
         "spec": {"virtualNetwork": "lab",
                  "ingress": [{"protocol": "tcp", "portFrom": 443, "portTo": 443,
                               "cidr": "0.0.0.0/0"}],
                  "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"}]}})
-    _append(repo, "tenants/initech/compute.yaml", {
+    append_docs(repo, "tenants/initech/compute.yaml", {
         "apiVersion": API, "kind": "ComputeInstance", "metadata": {"name": "launch-1"},
         "spec": {"networkAttachments": [{"subnet": "build", "securityGroups": ["launch"]}]}})
-    _append(repo, "tenants/initech/external.yaml", {
+    append_docs(repo, "tenants/initech/external.yaml", {
         "apiVersion": API, "kind": "ExternalIPAttachment", "metadata": {"name": "launch-web"},
         "spec": {"externalIP": "launch-web",
                  "target": {"kind": "ComputeInstance", "name": "launch-1"}}})
@@ -432,16 +96,16 @@ def initech(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     root = tmp_path_factory.mktemp("trace-initech")
     repo = root / "repo"
     copy_checkout(EXAMPLE, repo)
-    _append(repo, "tenants/initech/network.yaml", {
+    append_docs(repo, "tenants/initech/network.yaml", {
         "apiVersion": API, "kind": "Subnet", "metadata": {"name": "tools"},
         "spec": {"virtualNetwork": "lab", "ipv4Cidr": "192.168.2.0/24"}})
-    _append(repo, "tenants/initech/security-groups.yaml", {
+    append_docs(repo, "tenants/initech/security-groups.yaml", {
         "apiVersion": API, "kind": "SecurityGroup", "metadata": {"name": "tools"},
         "spec": {"virtualNetwork": "lab",
                  "ingress": [{"protocol": "tcp", "portFrom": 22, "portTo": 22,
                               "cidr": "0.0.0.0/0"}],
                  "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"}]}})
-    _append(repo, "tenants/initech/compute.yaml", {
+    append_docs(repo, "tenants/initech/compute.yaml", {
         "apiVersion": API, "kind": "ComputeInstance", "metadata": {"name": "ci-runner-2"},
         "spec": {"networkAttachments": [{"subnet": "build"}]}}, {
         "apiVersion": API, "kind": "ComputeInstance", "metadata": {"name": "tools-1"},
@@ -460,12 +124,12 @@ def shared_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]
     networks = repo / "provider" / "networks.yaml"
     networks.write_text(networks.read_text().replace("tenants: [globex]",
                                                      "tenants: [globex, initech]"))
-    _append(repo, "tenants/initech/network.yaml", {
+    append_docs(repo, "tenants/initech/network.yaml", {
         "apiVersion": API, "kind": "VirtualNetwork", "metadata": {"name": "lab-b"},
         "spec": {"region": "region-b", "ipv4Cidr": "172.20.0.0/16"}}, {
         "apiVersion": API, "kind": "Subnet", "metadata": {"name": "hosts"},
         "spec": {"virtualNetwork": "lab-b", "ipv4Cidr": "172.20.1.0/24"}})
-    _append(repo, "tenants/initech/compute.yaml", {
+    append_docs(repo, "tenants/initech/compute.yaml", {
         "apiVersion": API, "kind": "ComputeInstance", "metadata": {"name": "nas-client"},
         "spec": {"networkAttachments": [{"subnet": "hosts", "primary": True},
                                         {"providerNetwork": "storage-b"}]}})
@@ -519,7 +183,7 @@ def test_cross_subnet_traffic_is_routed_and_filtered(example: Fabric) -> None:
     nb = example.nb
     web1 = nb.port("acme", "ComputeInstance", "web-1")
     db1 = nb.port("acme", "ComputeInstance", "db-1")
-    db_doc = next(d for d in _docs(example.repo, "tenants/acme/compute.yaml")
+    db_doc = next(d for d in read_docs(example.repo, "tenants/acme/compute.yaml")
                   if d["metadata"]["name"] == "db-1")
     assert db1.ip4 == db_doc["spec"]["networkAttachments"][0]["ipAddress"]
     gw_web, gw_db = nb.gateway("acme", "web"), nb.gateway("acme", "db")
@@ -577,7 +241,7 @@ def test_a_vm_on_a_hosting_cluster_is_a_member_of_its_groups_on_the_fabric(
     arriving there."""
     nb = example.nb
     hosted = nb.row("Address_Set/acme/ComputeInstance/web-k1/0/ip4")
-    [address] = _as_list(hosted["addresses"])
+    [address] = as_list(hosted["addresses"])
     mac = hosted["external_ids"]["unet:alloc:mac/acme/ComputeInstance/web-k1/0"]
     localnet = nb.row("Logical_Switch_Port/acme/web/localnet")
     db1 = nb.port("acme", "ComputeInstance", "db-1")
@@ -630,7 +294,7 @@ def test_default_group_egress_is_open_and_stateful(example: Fabric) -> None:
     nb = example.nb
     runner = nb.port("initech", "ComputeInstance", "ci-runner-1")
     default = nb.group("initech", "lab", "default")
-    members = _as_list(nb.row("Port_Group/initech/lab/default")["ports"])
+    members = as_list(nb.row("Port_Group/initech/lab/default")["ports"])
     runner_uuid = nb.row("Logical_Switch_Port/initech/ComputeInstance/ci-runner-1/0")["_uuid"]
     assert members == [runner_uuid], "a port without securityGroups is in `default`"
     gw = nb.gateway("initech", "build")
@@ -701,7 +365,7 @@ def test_virtual_networks_never_reach_each_other(example: Fabric) -> None:
         nb.row("Logical_Router/globex/corp")["_uuid"]
 
     cidrs = {d["spec"]["ipv4Cidr"] for t, vn in (("acme", "prod"), ("globex", "corp"))
-             for d in _docs(example.repo, f"tenants/{t}/network.yaml")
+             for d in read_docs(example.repo, f"tenants/{t}/network.yaml")
              if d["kind"] == "VirtualNetwork" and d["metadata"]["name"] == vn}
     assert len(cidrs) == 1, "the example's two networks share one CIDR"
 
@@ -760,13 +424,6 @@ def test_outbound_traffic_is_snatted_to_the_nat_gateway_address(example: Fabric)
 # --- 6. DNAT -----------------------------------------------------------------------------------
 
 
-def _inbound(fabric: Fabric, region: str, address: str, rest: str,
-             src: str = OUTSIDE) -> Trace:
-    upstream = fabric.upstream[region]
-    mac = fabric.resolve(upstream, address)  # who answers for the public address
-    return fabric.send(upstream, mac, address, rest, src=src)
-
-
 def test_external_ip_reaches_its_target(example: Fabric) -> None:
     nb = example.nb
     web1 = nb.port("acme", "ComputeInstance", "web-1")
@@ -774,19 +431,19 @@ def test_external_ip_reaches_its_target(example: Fabric) -> None:
     web = nb.group("acme", "prod", "web")
     prod = nb.group("acme", "prod")
 
-    https = _inbound(example, "region-a", public, TCP.format(443))
+    https = inbound(example, "region-a", public, TCP.format(443))
     packet = delivered(https, web1)
     assert (packet["ip4.src"], packet["ip4.dst"]) == (OUTSIDE, web1.ip4)
     assert packet["eth.dst"] == web1.mac
     allowed_by(https, "ls_out_acl", f"outport == @{web} && ip4", "tcp.dst == 443")
 
     # The group still decides: SSH only from the office, nothing on 5432.
-    dropped(_inbound(example, "region-a", public, TCP.format(22)), "ls_out_acl", web1.switch,
+    dropped(inbound(example, "region-a", public, TCP.format(22)), "ls_out_acl", web1.switch,
             f"outport == @{prod} && ip")
-    office = _inbound(example, "region-a", public, TCP.format(22), src=OFFICE)
+    office = inbound(example, "region-a", public, TCP.format(22), src=OFFICE)
     assert delivered(office, web1)["ip4.dst"] == web1.ip4
     allowed_by(office, "ls_out_acl", "ip4.src == 192.0.2.0/24", "tcp.dst == 22")
-    dropped(_inbound(example, "region-a", public, TCP.format(5432)), "ls_out_acl",
+    dropped(inbound(example, "region-a", public, TCP.format(5432)), "ls_out_acl",
             web1.switch)
 
     # Cluster k1's API address goes to its API VIP on the nodes' port.
@@ -794,15 +451,15 @@ def test_external_ip_reaches_its_target(example: Fabric) -> None:
     k1_row = nb.row("Logical_Switch_Port/acme/Cluster/k1/0")
     api_vip = k1_row["external_ids"]["unet:alloc:vip/acme/k1/api"]
     assert api_vip in k1.extra
-    api = _inbound(example, "region-a", nb.external_ip("acme", "k1-api"), TCP.format(6443))
+    api = inbound(example, "region-a", nb.external_ip("acme", "k1-api"), TCP.format(6443))
     assert delivered(api, k1)["ip4.dst"] == api_vip
 
     # globex's DR address reaches db-metal's primary port, from the DR range only.
     metal = nb.port("globex", "BaremetalInstance", "db-metal", 0)
     dr = nb.external_ip("globex", "db-metal-dr")
-    replica = _inbound(example, "region-b", dr, TCP.format(5432), src=OFFICE)
+    replica = inbound(example, "region-b", dr, TCP.format(5432), src=OFFICE)
     assert delivered(replica, metal)["ip4.dst"] == metal.ip4
-    dropped(_inbound(example, "region-b", dr, TCP.format(5432)), "ls_out_acl", metal.switch)
+    dropped(inbound(example, "region-b", dr, TCP.format(5432)), "ls_out_acl", metal.switch)
 
 
 def test_an_attachment_is_inbound_only(inbound_only: Fabric) -> None:
@@ -815,7 +472,7 @@ def test_an_attachment_is_inbound_only(inbound_only: Fabric) -> None:
     upstream = fabric.upstream["region-a"]
     gw = nb.gateway("initech", "build")
 
-    https = _inbound(fabric, "region-a", public, TCP.format(443))
+    https = inbound(fabric, "region-a", public, TCP.format(443))
     assert delivered(https, launch)["ip4.dst"] == launch.ip4
     reply = fabric.send(launch, gw.mac, OUTSIDE, "ip.ttl == 64 && tcp && tcp.src == 443 && "
                         "tcp.dst == 40000", ct=("--ct=est,rpl",) * 6)
@@ -837,13 +494,13 @@ def test_forwarded_ports_reach_their_internal_port_and_nothing_else(example: Fab
     nb = example.nb
     app1 = nb.port("globex", "ComputeInstance", "app-1")
     public = nb.external_ip("globex", "app-1-public")
-    https = _inbound(example, "region-b", public, TCP.format(443))
+    https = inbound(example, "region-b", public, TCP.format(443))
     delivered(https, app1)  # (the trace shows the rewrite as a step, not as fields)
     assert any(s.table == "lr_in_dnat" and f"backends={app1.ip4}:8443" in " ".join(s.actions)
                for s in https.stages), https
     allowed_by(https, "ls_out_acl", "tcp.dst == 8443")  # app's rule: it arrived on 8443
     for port in (8443, 22):
-        other = _inbound(example, "region-b", public, TCP.format(port))
+        other = inbound(example, "region-b", public, TCP.format(port))
         assert app1.name not in [name for name, _ in other.outputs], other
 
 
@@ -949,9 +606,9 @@ def _dhcp_options(result: Trace, action: str) -> dict[str, str]:
 
 def test_dhcp_offers_the_allocated_address(example: Fabric) -> None:
     nb = example.nb
-    web_doc = next(d for d in _docs(example.repo, "tenants/acme/network.yaml")
+    web_doc = next(d for d in read_docs(example.repo, "tenants/acme/network.yaml")
                    if d["kind"] == "Subnet" and d["metadata"]["name"] == "web")
-    db_doc = next(d for d in _docs(example.repo, "tenants/acme/network.yaml")
+    db_doc = next(d for d in read_docs(example.repo, "tenants/acme/network.yaml")
                   if d["kind"] == "Subnet" and d["metadata"]["name"] == "db")
     discover = "ip.ttl == 64 && udp && udp.src == 68 && udp.dst == 67"
     for name, subnet, doc in (("web-1", "web", web_doc), ("db-1", "db", db_doc)):
@@ -1038,13 +695,9 @@ OUTSIDE6 = "2001:db8:ff::10"  # documentation space beyond every pool: "the Inte
 PUBLIC6 = "2001:db8:100::/64"
 
 
-def _manifest(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": API, "kind": kind, "metadata": {"name": name}, "spec": spec}
-
-
 def _edit(repo: Path, rel: str, kind: str, name: str, spec: dict[str, Any]) -> None:
     """Update one document's spec (the file loses its comments)."""
-    docs = _docs(repo, rel)
+    docs = read_docs(repo, rel)
     doc = next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
     doc["spec"].update(spec)
     (repo / rel).write_text(yaml.safe_dump_all(docs, sort_keys=False))
@@ -1052,9 +705,9 @@ def _edit(repo: Path, rel: str, kind: str, name: str, spec: dict[str, Any]) -> N
 
 def _lab6(repo: Path, *subnets: dict[str, Any]) -> None:
     """initech's dual-stack lab6 in region-a, with `subnets` (name and spec fields)."""
-    _append(repo, "tenants/initech/network.yaml", _manifest("VirtualNetwork", "lab6", {
+    append_docs(repo, "tenants/initech/network.yaml", manifest("VirtualNetwork", "lab6", {
         "region": "region-a", "ipv4Cidr": "192.168.16.0/20", "ipv6Cidr": "fd20:1::/48"}),
-        *(_manifest("Subnet", s["name"], {"virtualNetwork": "lab6", **s["spec"]})
+        *(manifest("Subnet", s["name"], {"virtualNetwork": "lab6", **s["spec"]})
           for s in subnets))
 
 
@@ -1071,33 +724,33 @@ def ipv6_external(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     root = tmp_path_factory.mktemp("trace-ipv6-external")
     repo = root / "repo"
     copy_checkout(EXAMPLE, repo)
-    _append(repo, "provider/pools.yaml",
-            _manifest("ExternalIPPool", "public6-a", {"region": "region-a", "cidr": PUBLIC6}))
-    web = next(d for d in _docs(repo, "tenants/acme/security-groups.yaml")
+    append_docs(repo, "provider/pools.yaml",
+            manifest("ExternalIPPool", "public6-a", {"region": "region-a", "cidr": PUBLIC6}))
+    web = next(d for d in read_docs(repo, "tenants/acme/security-groups.yaml")
                if d["metadata"]["name"] == "web")["spec"]
     _edit(repo, "tenants/acme/security-groups.yaml", "SecurityGroup", "web", {
         "ingress": [*web["ingress"], {"protocol": "tcp", "portFrom": 443, "portTo": 443,
                                       "cidr": "::/0"}],
         "egress": [*web["egress"], {"protocol": "all", "cidr": "::/0"}]})
-    _append(repo, "tenants/acme/external.yaml",
-            _manifest("ExternalIP", "web-1-public6", {"pool": "public6-a"}),
-            _manifest("ExternalIPAttachment", "web-1-public6", {
+    append_docs(repo, "tenants/acme/external.yaml",
+            manifest("ExternalIP", "web-1-public6", {"pool": "public6-a"}),
+            manifest("ExternalIPAttachment", "web-1-public6", {
                 "externalIP": "web-1-public6",
                 "target": {"kind": "ComputeInstance", "name": "web-1"}}))
     _lab6(repo, HOSTS6)
-    _append(repo, "tenants/initech/security-groups.yaml", _manifest("SecurityGroup", "web6", {
+    append_docs(repo, "tenants/initech/security-groups.yaml", manifest("SecurityGroup", "web6", {
         "virtualNetwork": "lab6",
         "ingress": [{"protocol": "tcp", "portFrom": 8443, "portTo": 8443, "cidr": "::/0"}],
         "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"},
                    {"protocol": "all", "cidr": "::/0"}]}))
-    _append(repo, "tenants/initech/compute.yaml", _manifest("ComputeInstance", "h6-1", {
+    append_docs(repo, "tenants/initech/compute.yaml", manifest("ComputeInstance", "h6-1", {
         "networkAttachments": [{"subnet": "hosts6", "securityGroups": ["web6"]}]}))
-    _append(repo, "tenants/initech/external.yaml",
-            _manifest("ExternalIP", "lab6-nat", {"pool": "public6-a"}),
-            _manifest("NATGateway", "lab6", {"virtualNetwork": "lab6",
+    append_docs(repo, "tenants/initech/external.yaml",
+            manifest("ExternalIP", "lab6-nat", {"pool": "public6-a"}),
+            manifest("NATGateway", "lab6", {"virtualNetwork": "lab6",
                                              "externalIP": "lab6-nat"}),
-            _manifest("ExternalIP", "h6-1-web", {"pool": "public6-a"}),
-            _manifest("ExternalIPAttachment", "h6-1-web", {
+            manifest("ExternalIP", "h6-1-web", {"pool": "public6-a"}),
+            manifest("ExternalIPAttachment", "h6-1-web", {
                 "externalIP": "h6-1-web", "target": {"kind": "ComputeInstance", "name": "h6-1"},
                 "ports": [{"protocol": "tcp", "externalPort": 443, "internalPort": 8443}]}))
     with applied(root, repo) as fabric:
@@ -1116,12 +769,12 @@ def test_an_ipv6_external_ip_reaches_its_targets_ipv6_address(ipv6_external: Fab
     gw = nb.gateway("acme", "web")
     assert web1.ip6 and ipaddress.ip_address(public6) in ipaddress.ip_network(PUBLIC6)
 
-    https = _inbound(fabric, "region-a", public6, TCP.format(443), src=OUTSIDE6)
+    https = inbound(fabric, "region-a", public6, TCP.format(443), src=OUTSIDE6)
     packet = delivered(https, web1)
     assert (packet["ip6.src"], packet["ip6.dst"]) == (OUTSIDE6, web1.ip6)
     assert packet["eth.dst"] == web1.mac
     allowed_by(https, "ls_out_acl", f"outport == @{web} && ip6", "tcp.dst == 443")
-    dropped(_inbound(fabric, "region-a", public6, TCP.format(22), src=OUTSIDE6),
+    dropped(inbound(fabric, "region-a", public6, TCP.format(22), src=OUTSIDE6),
             "ls_out_acl", web1.switch, f"outport == @{prod} && ip")
 
     reply = fabric.send(web1, gw.mac, OUTSIDE6, "ip.ttl == 64 && tcp && tcp.src == 443 && "
@@ -1130,7 +783,7 @@ def test_an_ipv6_external_ip_reaches_its_targets_ipv6_address(ipv6_external: Fab
     assert any(s.table == "lr_out_undnat" and any("ct_dnat" in a for a in s.actions)
                for s in reply.stages), reply
 
-    v4 = _inbound(fabric, "region-a", nb.external_ip("acme", "web-1-public"), TCP.format(443))
+    v4 = inbound(fabric, "region-a", nb.external_ip("acme", "web-1-public"), TCP.format(443))
     assert delivered(v4, web1)["ip4.dst"] == web1.ip4
 
     out = fabric.send(web1, gw.mac, OUTSIDE6, TCP.format(443))
@@ -1173,13 +826,13 @@ def test_an_ipv6_address_forwards_its_ports_to_the_targets_ipv6_address(
     fabric, nb = ipv6_external, ipv6_external.nb
     h6 = nb.port("initech", "ComputeInstance", "h6-1")
     public6 = nb.external_ip("initech", "h6-1-web")
-    https = _inbound(fabric, "region-a", public6, TCP.format(443), src=OUTSIDE6)
+    https = inbound(fabric, "region-a", public6, TCP.format(443), src=OUTSIDE6)
     delivered(https, h6)
     assert any(s.table == "lr_in_dnat" and f"backends=[{h6.ip6}]:8443" in " ".join(s.actions)
                for s in https.stages), https
     allowed_by(https, "ls_out_acl", "ip6", "tcp.dst == 8443")
     for port in (8443, 22):
-        other = _inbound(fabric, "region-a", public6, TCP.format(port), src=OUTSIDE6)
+        other = inbound(fabric, "region-a", public6, TCP.format(port), src=OUTSIDE6)
         assert h6.name not in [name for name, _ in other.outputs], other
 
 
@@ -1189,9 +842,9 @@ def test_an_ipv6_external_ip_for_a_target_without_ipv6_is_refused(
     cannot reach it, and validation says so, naming it."""
     repo = tmp_path / "repo"
     shutil.copytree(ipv6_external.repo, repo)
-    _append(repo, "tenants/initech/external.yaml",
-            _manifest("ExternalIP", "runner-public6", {"pool": "public6-a"}),
-            _manifest("ExternalIPAttachment", "runner-public6", {
+    append_docs(repo, "tenants/initech/external.yaml",
+            manifest("ExternalIP", "runner-public6", {"pool": "public6-a"}),
+            manifest("ExternalIPAttachment", "runner-public6", {
                 "externalIP": "runner-public6",
                 "target": {"kind": "ComputeInstance", "name": "ci-runner-1"}}))
     run = subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", str(repo),
@@ -1217,18 +870,18 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     root = tmp_path_factory.mktemp("trace-families")
     repo = root / "repo"
     copy_checkout(EXAMPLE, repo)
-    _append(repo, "provider/networks.yaml", _manifest("ProviderNetwork", "shared-a", {
+    append_docs(repo, "provider/networks.yaml", manifest("ProviderNetwork", "shared-a", {
         "region": "region-a", "segmentId": 1990, "tenants": ["initech"],
         "ipv4Cidr": "192.168.70.0/24", "ipv6Cidr": "fd00:70::/64",
         "allocationRanges": [{"start": "192.168.70.100", "end": "192.168.70.199"},
                              {"start": "fd00:70::100", "end": "fd00:70::1ff"}]}))
     _lab6(repo, HOSTS6, {"name": "quiet", "spec": {
         "ipv4Cidr": "192.168.18.0/24", "ipv6Cidr": "fd20:1:0:2::/64", "gateway": None}})
-    _append(repo, "tenants/initech/compute.yaml", _manifest("ComputeInstance", "h6-1", {
+    append_docs(repo, "tenants/initech/compute.yaml", manifest("ComputeInstance", "h6-1", {
         "networkAttachments": [{"subnet": "hosts6", "primary": True},
                                {"providerNetwork": "shared-a"}]}),
-        _manifest("ComputeInstance", "q-1", {"networkAttachments": [{"subnet": "quiet"}]}),
-        _manifest("ComputeInstance", "nas-4", {
+        manifest("ComputeInstance", "q-1", {"networkAttachments": [{"subnet": "quiet"}]}),
+        manifest("ComputeInstance", "nas-4", {
             "networkAttachments": [{"subnet": "build", "primary": True},
                                    {"providerNetwork": "shared-a"}]}))
     with applied(root, repo) as fabric:
@@ -1281,7 +934,7 @@ def test_a_port_on_a_provider_network_carries_its_own_networks_families(
     assert nas.switch == h6.switch == "unet-pn.shared-a"
     assert (nas.ip4 is not None, nas.ip6) == (True, None)
     row = nb.row("Logical_Switch_Port/initech/ComputeInstance/nas-4/1")
-    assert _as_list(row["port_security"]) == _as_list(row["addresses"])
+    assert as_list(row["port_security"]) == as_list(row["addresses"])
     assert row["dhcpv6_options"] == [], "no DHCPv6 for an address it does not have"
 
     lab, lab6 = nb.group("initech", "lab", "default"), nb.group("initech", "lab6", "default")

@@ -106,6 +106,11 @@ class OvnLab:
                                 capture_output=True, text=True, check=True)
         return result.stdout
 
+    def sbctl(self, *args: str) -> str:
+        result = subprocess.run(["ovn-sbctl", f"--db={self.sb_remote}", *args],
+                                capture_output=True, text=True, check=True)
+        return result.stdout
+
     def sync(self) -> None:
         """Wait until ovn-northd has compiled the current NB into the SB."""
         self.nbctl("--wait=sb", "sync")
