@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reconciler.load import SourceError
 from reconciler.processes import process_alive
+from reconciler.sources import SourceError
 
 from .generate import (
     GENERATOR_VERSION,

@@ -16,7 +16,7 @@ from . import heap
 from .daemon import cli as reconcile
 from .diagnostics import Diagnostic, codes_markdown
 from .errors import EXIT_ERROR, EXIT_OK, RunFailed, UnetError
-from .load import DEFAULT_MAX_FILE_BYTES, SourceFile
+from .sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 
 
 class _Parser(argparse.ArgumentParser):

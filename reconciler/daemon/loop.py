@@ -34,8 +34,8 @@ from .. import engine, heap
 from ..diagnostics import Diagnostic
 from ..engine import Outcome, RunOptions
 from ..errors import EXIT_OK, RunFailed, UnetError
-from ..load import DEFAULT_MAX_FILE_BYTES
 from ..plan import Plan
+from ..sources import DEFAULT_MAX_FILE_BYTES
 from ..validate import ParsedFiles, Validation, parsed_files, revision_info
 from .election import ACTIVE, Election
 from .endpoints import listen
