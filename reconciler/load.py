@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from yaml.error import Mark
 from yaml.events import CollectionEndEvent, CollectionStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -35,9 +36,9 @@ _NESTING_INDICATORS = b"[{-:?"
 _SAFE_INDICATORS = 1000
 
 try:  # libyaml when available: an order of magnitude faster than pure Python
-    _BaseLoader: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _BaseLoader = yaml.SafeLoader
+    from yaml import CSafeLoader as _BaseLoader
+except ImportError:  # pragma: no cover - depends on how PyYAML was built
+    from yaml import SafeLoader as _BaseLoader
 
 #: Tags by (node kind, value, implicit). PyYAML resolves each node's tag with regexes in
 #: Python, and manifests repeat values a lot (field names, kinds, protocols): this C-level
@@ -46,7 +47,9 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
 _resolve = functools.lru_cache(maxsize=100_000)(yaml.resolver.Resolver().resolve)
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+# PyYAML ships no type information (no py.typed, and no stubs are installed): to mypy its
+# loaders are Any, and strict mode refuses a subclass of Any.
+class _Loader(_BaseLoader):  # type: ignore[misc]
     """Resolutions are remembered (`_resolve`); path resolvers, which manifests never use,
     are switched off."""
 
@@ -275,11 +278,11 @@ class _LineBuilder(_Builder):
                 items.append(self.build_at(item, (*path, index), depth + 1, aliased))
             return items
         if isinstance(node, MappingNode):
-            return self._mapping(node, path, depth, aliased)
+            return self._mapping_at(node, path, depth, aliased)
         raise _Unsafe(f"unsupported YAML node {type(node).__name__}", node)
 
-    def _mapping(self, node: MappingNode, path: Path_, depth: int,
-                 aliased: bool) -> dict[str, Any]:
+    def _mapping_at(self, node: MappingNode, path: Path_, depth: int,
+                    aliased: bool) -> dict[str, Any]:
         self._check_tag(node, "map")
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -436,11 +439,16 @@ def _syntax_error(path: str, exc: yaml.MarkedYAMLError, text: str) -> Diagnostic
     the reader noticed it (a missing ':' shows only on a later line)."""
     lines = text.splitlines()
     spot = _bad_character(exc, lines) or _missing_colon(exc, lines) or _stray_colon(exc, lines)
-    if spot is not None:
-        line, column, message, hint = spot
-        return Diagnostic("YAML_SYNTAX", message, file=path, line=line, column=column,
-                          hint=hint)
-    mark = exc.problem_mark or exc.context_mark
+    if spot is None:
+        return _as_noticed(path, exc)
+    line, column, message, hint = spot
+    return Diagnostic("YAML_SYNTAX", message, file=path, line=line, column=column, hint=hint)
+
+
+def _as_noticed(path: str, exc: yaml.MarkedYAMLError) -> Diagnostic:
+    """A YAML syntax error where the reader noticed it, in the plain words of _PLAIN_WORDS
+    when it says one of their patterns, else in its own."""
+    mark: Mark | None = exc.problem_mark or exc.context_mark
     problem = str(exc.problem or exc.context or "invalid YAML")
     message, hint = f"not valid YAML: {problem}", None
     for pattern, words, advice in _PLAIN_WORDS:
