@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, NamedTuple, Protocol
+from typing import IO, TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from .diagnostics import Diagnostic
 from .errors import UnetError
@@ -330,7 +330,11 @@ class _FolderEntry:
 _FILE_MODES = ("100644", "100755")
 _SYMLINK = "120000"
 _GITLINK = "160000"
+_FOLLOWED = (*_FILE_MODES, _SYMLINK)  # what a symlink may lead through, or to
 _SYMLINK_HOPS = 40
+#: Where a revision's symlink leads: a file of the tree, a path that is none, out of the
+#: repo, to a folder, or into a submodule.
+_Leads = Literal["file", "missing", "leaves", "folder", "repository"]
 
 
 def git_files(start: Path, rev: str,
@@ -340,8 +344,9 @@ def git_files(start: Path, rev: str,
     revision = _Revision.of(start, rev, max_file_bytes)
     items: list[SourceFile | Diagnostic] = list(state_tracked(
         sorted(rel for rel in revision.entries if rel.startswith(f"{STATE_DIR}/"))))
+    listed = (*_FOLLOWED, _GITLINK)
     for rel in sorted(revision.entries):
-        if revision.entries[rel].mode in (*_FILE_MODES, _SYMLINK, _GITLINK):
+        if revision.entries[rel].mode in listed:
             verdict = admit(_GitEntry(rel, revision))
             if not isinstance(verdict, Step):
                 items.append(verdict)
@@ -392,7 +397,7 @@ class _Revision:
         listing = repo.git.ls_tree("-r", "-l", "-z", commit.hexsha, "--", prefix or ".")
         return cls(repo, _entries(listing, prefix), max_file_bytes)
 
-    def resolve(self, rel: str) -> tuple[str, str]:
+    def resolve(self, rel: str) -> tuple[_Leads, str]:
         """Follow the symlink at `rel` to ("file"|"missing", path) or ("leaves"|"folder"|
         "repository", "")."""
         path = rel
@@ -405,8 +410,7 @@ class _Revision:
                 return "repository", ""
             if path in self.folders:
                 return "folder", ""
-            if path not in self.entries or \
-                    self.entries[path].mode not in (*_FILE_MODES, _SYMLINK):
+            if path not in self.entries or self.entries[path].mode not in _FOLLOWED:
                 return "missing", path
             if self.entries[path].mode != _SYMLINK:
                 return "file", path
@@ -414,7 +418,8 @@ class _Revision:
 
     def read(self, sha: str) -> bytes:
         """A blob, read at once (a symlink's target)."""
-        return bytes(self.repo.odb.stream(bytes.fromhex(sha)).read())
+        blob: bytes = self.repo.odb.stream(bytes.fromhex(sha)).read()  # gitdb is untyped
+        return blob
 
     def open(self, rel: str, target: str) -> SourceFile:
         """`rel`'s file, read from the blob of `target` (`rel` itself, or its symlink's)."""
@@ -437,7 +442,8 @@ def _entries(listing: str, prefix: str) -> dict[str, _Listed]:
     return entries
 
 
-_LINK_PROBLEMS = {"leaves": LEAVES, "folder": LINKED_FOLDER, "repository": INTO_REPOSITORY}
+_LINK_PROBLEMS: dict[_Leads, Refusal] = {
+    "leaves": LEAVES, "folder": LINKED_FOLDER, "repository": INTO_REPOSITORY}
 
 
 @dataclass(slots=True)
@@ -446,7 +452,7 @@ class _GitEntry:
 
     path: str
     revision: _Revision
-    resolved: tuple[str, str] | None = None
+    resolved: tuple[_Leads, str] | None = None
 
     def is_repository(self) -> bool:
         return self.revision.entries[self.path].mode == _GITLINK
@@ -469,7 +475,7 @@ class _GitEntry:
                            LINKED_FOLDER.hint)
         return self.revision.open(self.path, target)
 
-    def resolve(self) -> tuple[str, str]:
+    def resolve(self) -> tuple[_Leads, str]:
         if self.resolved is None:
             self.resolved = self.revision.resolve(self.path)
         return self.resolved
