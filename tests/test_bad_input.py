@@ -19,7 +19,7 @@ import pytest
 
 from reconciler import validate as validate_module
 from reconciler.cli import main
-from reconciler.load import DEFAULT_MAX_FILE_BYTES, SourceFile
+from reconciler.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 
 API = "apiVersion: network.osac.io/v1alpha1\n"
 SUBNET = API + "kind: Subnet\nmetadata:\n  name: extra\n"  # lines 1-4; spec starts on 5

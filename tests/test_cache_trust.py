@@ -25,7 +25,7 @@ _REKEY = """
 import hashlib, sys
 from pathlib import Path
 from reconciler import parse_cache as pc
-from reconciler.load import DEFAULT_MAX_FILE_BYTES
+from reconciler.sources import DEFAULT_MAX_FILE_BYTES
 folder, path, forged, real = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 cache = pc.ParseCache(folder, DEFAULT_MAX_FILE_BYTES)
 index, body = pc._read_pack(cache.path, cache.key)
@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 from reconciler.cache import ValidationCache, inputs_digest
 from reconciler.cli import _read_once
-from reconciler.load import DEFAULT_MAX_FILE_BYTES
+from reconciler.sources import DEFAULT_MAX_FILE_BYTES
 from reconciler.validate import repo_files
 repo, folder = Path(sys.argv[1]), Path(sys.argv[2])
 items = [_read_once(i, DEFAULT_MAX_FILE_BYTES) for i in repo_files(repo, None)]

@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.diagnostics import CODES, Diagnostic
-from reconciler.load import SourceFile, folder_files, parse_manifest_file
+from reconciler.load import parse_manifest_file
 from reconciler.models import API_VERSION, KINDS
 from reconciler.schema import kind_schemas
+from reconciler.sources import SourceFile, folder_files
 from reconciler.validate import validate_files
 
 from .conftest import EXAMPLE

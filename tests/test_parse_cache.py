@@ -19,7 +19,7 @@ from reconciler import parse_cache
 from reconciler import validate as validate_module
 from reconciler.cli import main
 from reconciler.diagnostics import Diagnostic
-from reconciler.load import DEFAULT_MAX_FILE_BYTES, SourceFile
+from reconciler.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 from reconciler.validate import parsed_files, repo_files, validate_files
 
 from .conftest import ROOT, copy_checkout

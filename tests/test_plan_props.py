@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 
 from reconciler.desired import render_desired
 from reconciler.diff import Action, Change
-from reconciler.load import SourceFile
 from reconciler.objects import (
     TAG_ALLOCATION,
     TAG_IMMUTABLE,
@@ -37,6 +36,7 @@ from reconciler.objects import (
 from reconciler.plan import Plan
 from reconciler.plan_io import dumps
 from reconciler.planner import plan_between
+from reconciler.sources import SourceFile
 from reconciler.validate import Validation, validate_files, validate_repo
 
 from .conftest import EXAMPLE

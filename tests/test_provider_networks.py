@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 
 from reconciler.desired import render_desired
-from reconciler.load import DEFAULT_MAX_FILE_BYTES, SourceFile
 from reconciler.planner import changed_tenants, plan_between
+from reconciler.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 from reconciler.validate import ParsedFiles, validate_files
 
 from .support.ovnlab import OvnLab
