@@ -374,7 +374,7 @@ def applied(root: Path, repo: Path) -> Iterator[Fabric]:
     """A lab whose Northbound holds the repo, applied by `unet apply`, plus upstream routers."""
     with OvnLab(root / "ovn") as lab:
         use_northbound(repo, lab.nb_remote)
-        run = subprocess.run([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
+        run = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", "apply", str(repo),
                               "--manager", "ovn", "--auto-approve"],
                              capture_output=True, text=True, cwd=repo, timeout=120)
         assert run.returncode == 0, run.stdout + run.stderr
@@ -1194,7 +1194,7 @@ def test_an_ipv6_external_ip_for_a_target_without_ipv6_is_refused(
             _manifest("ExternalIPAttachment", "runner-public6", {
                 "externalIP": "runner-public6",
                 "target": {"kind": "ComputeInstance", "name": "ci-runner-1"}}))
-    run = subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", str(repo),
+    run = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", "validate", str(repo),
                           "--format", "json"], capture_output=True, text=True, cwd=repo,
                          timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from reconciler.diagnostics import Diagnostic
-from reconciler.sources import (
+from unet.reconciler.diagnostics import Diagnostic
+from unet.reconciler.sources import (
     LEAVES,
     NOT_PLAIN,
     REPOSITORY,
