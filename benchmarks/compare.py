@@ -133,7 +133,7 @@ def compare_schema(fx: Fixture, unet: Result | None, repeat: int) -> Comparison:
 _OBSERVE_DRIVER = """\
 import json, sys, time
 start = time.perf_counter()
-from managers.ovn.northbound import Northbound
+from unet.managers.ovn.northbound import Northbound
 imported = time.perf_counter()
 nb = Northbound(sys.argv[1])
 connected = time.perf_counter()

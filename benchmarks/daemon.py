@@ -50,7 +50,7 @@ class _Daemon:
         env = {**fx.env(), "UNET_BENCH_HOOK": SECRET}
         with self.err.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "reconciler.cli", "reconcile", *source, "--manager",
+                [sys.executable, "-m", "unet.reconciler.cli", "reconcile", *source, "--manager",
                  "ovn", "--interval", "1h", "--metrics-port", "0", "--metrics-address",
                  "127.0.0.1", "--state-dir", str(self.state), "--webhook-secret-env",
                  "UNET_BENCH_HOOK"], cwd=fx.cwd, env=env, stdout=subprocess.DEVNULL,
@@ -160,7 +160,7 @@ def _repairs(fx: Fixture, daemon: _Daemon) -> Result:
         latencies.append(ended - edited)
         kinds.setdefault(kind.split()[-1] if "tag" in kind else kind, []).append(ended - edited)
         daemon.settle()
-    plan = subprocess.run([sys.executable, "-m", "reconciler.cli", "plan", str(fx.live),
+    plan = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", "plan", str(fx.live),
                            "--manager", "ovn", "--detailed-exitcode"], cwd=fx.cwd,
                           env=fx.env(), capture_output=True, text=True, check=False)
     by_kind = "; ".join(f"{kind}: median {statistics.median(values):.2f} s"

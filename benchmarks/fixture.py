@@ -149,7 +149,7 @@ def run_child(command: list[str], fx: Fixture, name: str = "child",
 
 def run_unet(argv: list[str], fx: Fixture, name: str = "unet") -> Run:
     """`unet ARGV` in a fresh process (`python -m reconciler.cli`)."""
-    return run_child([sys.executable, "-m", "reconciler.cli", *argv], fx, name)
+    return run_child([sys.executable, "-m", "unet.reconciler.cli", *argv], fx, name)
 
 
 def warm_page_cache(repo: Path) -> None:

@@ -21,9 +21,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from managers.ovn.schema import PARENT_COLUMNS
-from reconciler.objects import TAG_HASH, TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject
-from reconciler.plan_io import changes_from_json
+from unet.managers.ovn.schema import PARENT_COLUMNS
+from unet.reconciler.objects import TAG_HASH, TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject
+from unet.reconciler.plan_io import changes_from_json
 
 from .fixture import Fixture, run_child
 from .measure import measure

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reconciler.processes import process_alive
+from unet.reconciler.processes import process_alive
 
 from .generate import INSTALLATION
 from .system import BenchError, process_cpu_s, process_peak_mib

@@ -46,7 +46,7 @@ def _profiled_run(stage: str, fx: Fixture, work: Path) -> Path | None:
     print(f"  profiling {stage} at {fx.tenants} tenants ...", end="", file=sys.stderr,
           flush=True)
     run = run_child([sys.executable, "-m", "pyinstrument", "-r", "session", "-o", str(session),
-                     "-m", "reconciler.cli", *spec.argv(fx, SOURCES[source])], fx, "profile")
+                     "-m", "unet.reconciler.cli", *spec.argv(fx, SOURCES[source])], fx, "profile")
     print(f" {run.wall_s:.1f}s", file=sys.stderr)
     if not session.is_file():
         print(f"the profile failed: {run.tail()}", file=sys.stderr)

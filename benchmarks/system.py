@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from reconciler.load import SourceError
+from unet.reconciler.sources import SourceError
 
 #: The checkout the benchmark measures: children import unet from it (through PYTHONPATH).
 SOURCE = Path(__file__).resolve().parent.parent

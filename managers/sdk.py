@@ -8,7 +8,7 @@ changes and steps of a plan. docs/plugins.md says how they fit together; a plugi
 imports only from here keeps working while the core's modules move.
 """
 
-from reconciler.allocate import (
+from unet.reconciler.allocate import (
     Allocations,
     derived_mac,
     external_key,
@@ -19,10 +19,10 @@ from reconciler.allocate import (
     segment_key,
     vip_key,
 )
-from reconciler.bindings import AllocatedValues, binding_key, workload_binding
-from reconciler.check.netutil import network as parse_network
-from reconciler.command import Command
-from reconciler.contract import (
+from unet.reconciler.bindings import AllocatedValues, binding_key, workload_binding
+from unet.reconciler.check.netutil import network as parse_network
+from unet.reconciler.command import Command
+from unet.reconciler.contract import (
     WAIT_NOTICE,
     ApplyOutcome,
     BackendLocked,
@@ -37,10 +37,10 @@ from reconciler.contract import (
     Watch,
     each_step,
 )
-from reconciler.diff import Action, Change, FieldChange
-from reconciler.errors import UnetError
-from reconciler.model import Model
-from reconciler.models import (
+from unet.reconciler.diff import Action, Change, FieldChange
+from unet.reconciler.errors import UnetError
+from unet.reconciler.model import Model
+from unet.reconciler.models import (
     Capability,
     Family,
     attachment_identity,
@@ -49,7 +49,7 @@ from reconciler.models import (
     protocol_families,
     segment_of,
 )
-from reconciler.objects import (
+from unet.reconciler.objects import (
     TAG_ALLOCATION,
     TAG_HASH,
     TAG_IMMUTABLE,
@@ -63,9 +63,9 @@ from reconciler.objects import (
     content_hash,
     immutable_tag,
 )
-from reconciler.order import Step
-from reconciler.processes import process_alive
-from reconciler.schema import Manifest
+from unet.reconciler.order import Step
+from unet.reconciler.processes import process_alive
+from unet.reconciler.schema import Manifest
 
 __all__ = [
     "TAG_ALLOCATION",

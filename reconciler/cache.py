@@ -35,8 +35,8 @@ from typing import Any
 import yaml
 
 from .diagnostics import Diagnostic
-from .load import SourceFile
 from .plugins import plugins_digest
+from .sources import SourceFile
 
 KEEP_ENTRIES = 8
 CACHE_DIR_ENV = "UNET_CACHE_DIR"

@@ -15,7 +15,7 @@ from .command import Command, installed_commands
 from .daemon import cli as reconcile
 from .diagnostics import Diagnostic, codes_markdown
 from .errors import EXIT_ERROR, EXIT_OK, Stopped, UnetError
-from .load import DEFAULT_MAX_FILE_BYTES, SourceFile
+from .sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,5 +1,5 @@
 """A command a plugin adds to `unet`, registered under the entry-point group
-`unet.commands` (`nb = "managers.ovn.commands:NB"`), and how the command line finds them.
+`unet.commands` (`nb = "unet.managers.ovn.commands:NB"`), and how the command line finds them.
 Kept apart from the contract, and light: the command line reads every plugin's commands
 each time it starts.
 """

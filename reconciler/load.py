@@ -1,34 +1,30 @@
-"""Stage `load`: read a network repo (a folder or a Git revision) into documents.
+"""Stage `load`: read manifest files into YAML documents, safely, with their lines.
 
-Every document keeps its file and the text it was read from, so later stages can
-point at the offending field: the line of each node is found again from that text
-when a diagnostic first asks, so a valid repo never maps its lines. Only safe YAML
-is accepted: no tags beyond the core schema, a bound on aliases and nesting,
-duplicate keys rejected, a size bound per file, and no path that leaves the repo.
+Where the files come from (a folder or a Git revision, and which paths are read at all) is
+`sources`. Here each file's bytes become documents. Every document keeps its file and the
+text it was read from, so later stages can point at the offending field: the line of each
+node is found again from that text when a diagnostic first asks, so a valid repo never
+maps its lines. Only safe YAML is accepted: no tags beyond the core schema, a bound on
+aliases and nesting, duplicate keys rejected, and a size bound per file. A syntax error is
+reported where the mistake is, in plain words, and costs only the document holding it.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import posixpath
 import re
-import stat
-import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.error import Mark
 from yaml.events import CollectionEndEvent, CollectionStartEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .diagnostics import Diagnostic, json_pointer
-from .errors import UnetError
+from .sources import DEFAULT_MAX_FILE_BYTES, SourceFile, placement
 
-DEFAULT_MAX_FILE_BYTES = 1024 * 1024
 MAX_ALIASES = 100
 MAX_NODES = 250_000  # values one file may expand to, aliases included
 MAX_DEPTH = 64
@@ -38,14 +34,11 @@ MAX_DEPTH = 64
 # event by event (flat, safe) before it is composed.
 _NESTING_INDICATORS = b"[{-:?"
 _SAFE_INDICATORS = 1000
-REPO_CONFIG_FILE = "unet.yaml"
-_MANIFEST_SUFFIXES = (".yaml", ".yml")
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 try:  # libyaml when available: an order of magnitude faster than pure Python
-    _BaseLoader: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _BaseLoader = yaml.SafeLoader
+    from yaml import CSafeLoader as _BaseLoader
+except ImportError:  # pragma: no cover - depends on how PyYAML was built
+    from yaml import SafeLoader as _BaseLoader
 
 #: Tags by (node kind, value, implicit). PyYAML resolves each node's tag with regexes in
 #: Python, and manifests repeat values a lot (field names, kinds, protocols): this C-level
@@ -54,7 +47,9 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
 _resolve = functools.lru_cache(maxsize=100_000)(yaml.resolver.Resolver().resolve)
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+# PyYAML ships no type information (no py.typed, and no stubs are installed): to mypy its
+# loaders are Any, and strict mode refuses a subclass of Any.
+class _Loader(_BaseLoader):  # type: ignore[misc]
     """Resolutions are remembered (`_resolve`); path resolvers, which manifests never use,
     are switched off."""
 
@@ -65,6 +60,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
 
     def ascend_resolver(self) -> None:
         return None
+
 
 _TAG = "tag:yaml.org,2002:"
 _STR = _TAG + "str"
@@ -149,18 +145,6 @@ class Document:
                 return line
             path = path[:-1]
         return self.line
-
-
-@dataclass(slots=True)
-class SourceFile:
-    path: str
-    size: int
-    read: Callable[[], bytes]
-    blob_id: str | None = None
-
-
-class SourceError(UnetError):
-    """The repo itself cannot be read (missing folder, unknown revision, ...)."""
 
 
 class _Unsafe(Exception):
@@ -294,11 +278,11 @@ class _LineBuilder(_Builder):
                 items.append(self.build_at(item, (*path, index), depth + 1, aliased))
             return items
         if isinstance(node, MappingNode):
-            return self._mapping(node, path, depth, aliased)
+            return self._mapping_at(node, path, depth, aliased)
         raise _Unsafe(f"unsupported YAML node {type(node).__name__}", node)
 
-    def _mapping(self, node: MappingNode, path: Path_, depth: int,
-                 aliased: bool) -> dict[str, Any]:
+    def _mapping_at(self, node: MappingNode, path: Path_, depth: int,
+                    aliased: bool) -> dict[str, Any]:
         self._check_tag(node, "map")
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -455,11 +439,16 @@ def _syntax_error(path: str, exc: yaml.MarkedYAMLError, text: str) -> Diagnostic
     the reader noticed it (a missing ':' shows only on a later line)."""
     lines = text.splitlines()
     spot = _bad_character(exc, lines) or _missing_colon(exc, lines) or _stray_colon(exc, lines)
-    if spot is not None:
-        line, column, message, hint = spot
-        return Diagnostic("YAML_SYNTAX", message, file=path, line=line, column=column,
-                          hint=hint)
-    mark = exc.problem_mark or exc.context_mark
+    if spot is None:
+        return _as_noticed(path, exc)
+    line, column, message, hint = spot
+    return Diagnostic("YAML_SYNTAX", message, file=path, line=line, column=column, hint=hint)
+
+
+def _as_noticed(path: str, exc: yaml.MarkedYAMLError) -> Diagnostic:
+    """A YAML syntax error where the reader noticed it, in the plain words of _PLAIN_WORDS
+    when it says one of their patterns, else in its own."""
+    mark: Mark | None = exc.problem_mark or exc.context_mark
     problem = str(exc.problem or exc.context or "invalid YAML")
     message, hint = f"not valid YAML: {problem}", None
     for pattern, words, advice in _PLAIN_WORDS:
@@ -630,312 +619,6 @@ def _too_deep(content: bytes) -> int | None:
     return None
 
 
-# --- sources --------------------------------------------------------------------------------
-
-
-def _area_of(path: str) -> str | None:
-    """Which part of the repo layout a file belongs to, or None when it is ignored."""
-    if path == REPO_CONFIG_FILE:
-        return "root"
-    top = path.split("/", 1)[0]
-    if top in ("provider", "tenants") and path.endswith(_MANIFEST_SUFFIXES):
-        return top
-    return None
-
-
-def _in_scope_dir(path: str) -> bool:
-    return path in ("provider", "tenants") or path.startswith(("provider/", "tenants/"))
-
-
-def _in_scope(path: str) -> bool:
-    """Whether a path is looked at at all: in the layout and not hidden."""
-    if any(part.startswith(".") for part in path.split("/")):
-        return False
-    return path == REPO_CONFIG_FILE or _in_scope_dir(path)
-
-
-def _plain_path(path: str) -> bool:
-    return all(_PLAIN_NAME.match(part) for part in path.split("/"))
-
-
-def _unsafe_path(path: str, problem: str, hint: str | None = None) -> Diagnostic:
-    """PATH_UNSAFE on `path`, shown printable even when the name is not UTF-8 or holds '\\n'."""
-    text = path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-    return Diagnostic("PATH_UNSAFE", f"'{shown}' {problem}", file=shown, line=1, hint=hint)
-
-
-_NOT_PLAIN = ("is not a plain file name", "use letters, digits, '.', '_' and '-'")
-_LEAVES = ("is a symlink that leaves the repo", "copy the file into the repo instead")
-_LINKED_FOLDER = ("is a symlinked folder; not followed",
-                  "symlinks may only point at files in the repo")
-_SYMLINK_HOPS = 40
-#: Another repository's files (a submodule's checkout, or a clone inside the repo) are not
-#: part of a revision: folder and Git mode refuse them alike.
-_REPOSITORY = ("is another Git repository (a submodule or a clone); its files are not part "
-               "of this revision", "copy the manifests into the repo instead")
-_INTO_REPOSITORY = ("is a symlink into another Git repository (a submodule or a clone); its "
-                    "files are not part of this revision", _REPOSITORY[1])
-_GITLINK = "160000"
-_SUBMODULE_PATH = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.M)
-
-
-def _submodules(root: str) -> set[str]:
-    """Paths, relative to `root`, of the submodules its Git work tree declares in
-    .gitmodules: there whether or not they are checked out."""
-    top = root
-    while not os.path.lexists(os.path.join(top, ".git")):
-        parent = os.path.dirname(top)
-        if parent == top:
-            return set()
-        top = parent
-    try:
-        text = Path(top, ".gitmodules").read_text(errors="replace")
-    except OSError:
-        return set()
-    out = set()
-    for path in _SUBMODULE_PATH.findall(text):
-        rel = os.path.relpath(os.path.join(top, path), root)
-        if not rel.startswith(".."):
-            out.add(Path(rel).as_posix())
-    return out
-
-
-def _within(path: str, folders: set[str]) -> bool:
-    return any(path == f or path.startswith(f + "/") for f in folders)
-
-
-STATE_DIR = ".unet"
-
-
-def _state_tracked(tracked: list[str]) -> Iterator[Diagnostic]:
-    """UNET_DIR_TRACKED when Git holds files of the repo's `.unet/` (`tracked`): that is one
-    machine's state (its database, editor tools, caches); a commit must never supply it."""
-    if tracked:
-        shown = ", ".join(tracked[:3]) + (f" and {len(tracked) - 3} more"
-                                          if len(tracked) > 3 else "")
-        yield Diagnostic(
-            "UNET_DIR_TRACKED",
-            f"'{STATE_DIR}/' is tracked by Git ({shown}): it holds one machine's local state "
-            "(an embedded database, caches), which no commit may supply",
-            file=tracked[0], line=1,
-            hint=f"git rm -r --cached {STATE_DIR} and commit; keep '{STATE_DIR}/' in "
-                 ".gitignore")
-
-
-def _tracked_in_checkout(root: Path) -> list[str]:
-    """Files of `root`'s `.unet/` that the Git index holds, when `root` is in a checkout."""
-    try:
-        listing = subprocess.run(["git", "ls-files", "-z", "--", STATE_DIR], cwd=root,
-                                 capture_output=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return []  # not a Git checkout (or no git): nothing can be tracked
-    return sorted(os.fsdecode(path) for path in listing.split(b"\0") if path)
-
-
-def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
-    """Manifest files of a folder, refusing anything that leaves it."""
-    if not root.is_dir():
-        raise SourceError(f"{root} is not a folder")
-    yield from _state_tracked(_tracked_in_checkout(root))
-    real_root = os.path.realpath(root)
-    submodules = _submodules(real_root)
-
-    def read_file(full: str) -> Callable[[], bytes]:
-        return lambda: Path(full).read_bytes()
-
-    def walk(rel_dir: str) -> Iterator[SourceFile | Diagnostic]:
-        full_dir = os.path.join(root, rel_dir)
-        try:
-            entries = sorted(os.scandir(full_dir), key=lambda entry: entry.name)
-        except OSError as exc:
-            yield _unsafe_path(rel_dir or ".", f"cannot be read: {exc.strerror}")
-            return
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            if _in_scope(rel):
-                yield from visit(entry, rel)
-
-    def symlink_problem(full: str) -> tuple[str, str] | None:
-        target = os.path.realpath(full)
-        if os.path.isabs(os.readlink(full)) or \
-                os.path.commonpath([real_root, target]) != real_root:
-            return _LEAVES
-        if os.path.isdir(target):
-            return _LINKED_FOLDER
-        return _INTO_REPOSITORY if in_repository(target) else None
-
-    def in_repository(target: str) -> bool:
-        """Inside a submodule, or a folder of the repo holding its own `.git`."""
-        if _within(Path(os.path.relpath(target, real_root)).as_posix(), submodules):
-            return True
-        folder = os.path.dirname(target)
-        while folder != real_root and folder.startswith(real_root):
-            if os.path.lexists(os.path.join(folder, ".git")):
-                return True
-            folder = os.path.dirname(folder)
-        return False
-
-    def visit(entry: os.DirEntry[str], rel: str) -> Iterator[SourceFile | Diagnostic]:
-        full = entry.path
-        if entry.is_symlink():
-            problem = symlink_problem(full)
-            if problem is not None:
-                yield _unsafe_path(rel, *problem)
-                return
-        elif entry.is_dir():
-            if rel in submodules or os.path.lexists(os.path.join(full, ".git")):
-                yield _unsafe_path(rel, *_REPOSITORY)
-            else:
-                yield from walk(rel)
-            return
-        if _area_of(rel) is None:
-            return
-        if not _plain_path(rel):
-            yield _unsafe_path(rel, *_NOT_PLAIN)
-            return
-        try:
-            info = os.stat(full)
-        except OSError as exc:
-            yield _unsafe_path(rel, f"cannot be read: {exc.strerror}")
-            return
-        if not stat.S_ISREG(info.st_mode):
-            yield _unsafe_path(rel, "is not a regular file")
-        else:
-            yield SourceFile(rel, info.st_size, read_file(full))
-
-    yield from walk("")
-
-
-def git_files(start: Path, rev: str,
-              max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Iterator[SourceFile | Diagnostic]:
-    """Manifest files of a Git revision, read from Git objects without a checkout."""
-    import git  # imported here: folder mode never needs it
-
-    try:
-        repo = git.Repo(start, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
-        raise SourceError(f"{start} is not inside a Git repository") from exc
-    try:
-        commit = repo.commit(rev)
-    except (git.BadName, ValueError) as exc:
-        raise SourceError(
-            f"revision '{rev}' does not exist in {repo.working_dir}",
-        ) from exc
-    prefix = os.path.relpath(os.path.realpath(start), os.path.realpath(repo.working_dir))
-    prefix = "" if prefix == "." else Path(prefix).as_posix()
-    listing = repo.git.ls_tree("-r", "-l", "-z", commit.hexsha, "--", prefix or ".")
-    entries: dict[str, tuple[str, str, int]] = {}
-    for record in listing.split("\0"):
-        if not record:
-            continue
-        meta, path = record.split("\t", 1)
-        mode, _type, sha, size = meta.split()
-        rel = path[len(prefix) + 1:] if prefix else path
-        entries[rel] = (mode, sha, int(size) if size != "-" else 0)
-    folders = {".", *(posixpath.dirname(rel) for rel in entries)}
-    folders |= {f.rsplit("/", n)[0] for f in list(folders) for n in range(1, f.count("/") + 1)}
-
-    def reader(sha: str) -> Callable[[], bytes]:
-        return lambda: repo.odb.stream(bytes.fromhex(sha)).read()
-
-    gitlinks = {rel for rel, (mode, _sha, _size) in entries.items() if mode == _GITLINK}
-
-    def resolve(rel: str) -> tuple[str, str]:
-        """Follow the symlink at `rel` to ("file"|"missing", path) or ("leaves"|"folder"|
-        "repository", "")."""
-        path = rel
-        for _ in range(_SYMLINK_HOPS):
-            target = reader(entries[path][1])().decode("utf-8", "replace")
-            path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-            if target.startswith("/") or path == ".." or path.startswith("../"):
-                return "leaves", ""
-            if _within(path, gitlinks):
-                return "repository", ""
-            if path in folders:
-                return "folder", ""
-            if path not in entries or entries[path][0] not in ("100644", "100755", "120000"):
-                return "missing", path
-            if entries[path][0] != "120000":
-                return "file", path
-        return "missing", rel  # a symlink loop
-
-    items: list[SourceFile | Diagnostic] = list(_state_tracked(
-        sorted(rel for rel in entries if rel.startswith(f"{STATE_DIR}/"))))
-    blobs = _BlobBatch(repo.working_dir)
-    for rel in sorted(entries):
-        mode, sha, size = entries[rel]
-        if mode == _GITLINK and _in_scope(rel):
-            items.append(_unsafe_path(rel, *_REPOSITORY))
-            continue
-        if not _in_scope(rel) or mode not in ("100644", "100755", "120000"):
-            continue
-        if mode == "120000":
-            found, path = resolve(rel)
-            problem = {"leaves": _LEAVES, "folder": _LINKED_FOLDER,
-                       "repository": _INTO_REPOSITORY}.get(found)
-            if problem is not None:
-                items.append(_unsafe_path(rel, *problem))
-                continue
-        if _area_of(rel) is None:
-            continue
-        if not _plain_path(rel):
-            items.append(_unsafe_path(rel, *_NOT_PLAIN))
-            continue
-        if mode == "120000":
-            if found == "missing":
-                items.append(_unsafe_path(rel, f"is a symlink to '{path}', which is not a file",
-                                          _LINKED_FOLDER[1]))
-                continue
-            _mode, sha, size = entries[path]
-        if size <= max_file_bytes:
-            blobs.want(sha)
-        items.append(SourceFile(rel, size, blobs.reader(sha), blob_id=sha))
-    yield from items
-
-
-class _BlobBatch:
-    """Blobs read in one `git cat-file --batch` run instead of one round trip each."""
-
-    def __init__(self, git_dir: str) -> None:
-        self.git_dir = git_dir
-        self.wanted: list[str] = []
-        self.blobs: dict[str, bytes] = {}
-
-    def want(self, sha: str) -> None:
-        self.wanted.append(sha)
-
-    def reader(self, sha: str) -> Callable[[], bytes]:
-        return lambda: self.read(sha)
-
-    def read(self, sha: str) -> bytes:
-        if sha not in self.blobs:
-            self._fetch(self.wanted if sha in self.wanted else [sha])
-            self.wanted = []
-        return self.blobs[sha]
-
-    def _fetch(self, shas: list[str]) -> None:
-        process = subprocess.Popen(["git", "cat-file", "--batch"], cwd=self.git_dir,
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert process.stdin is not None and process.stdout is not None
-        requests = "".join(f"{sha}\n" for sha in shas).encode()
-        writer = threading.Thread(target=_write_and_close, args=(process.stdin, requests))
-        writer.start()  # written from a thread: the pipe would fill up both ways otherwise
-        for _ in shas:
-            header = process.stdout.readline().split()
-            if len(header) != 3:
-                raise SourceError(f"git cat-file could not read {header[0].decode()}")
-            self.blobs[header[0].decode()] = process.stdout.read(int(header[2]))
-            process.stdout.read(1)  # the newline after each blob
-        writer.join()
-        process.wait()
-
-
-def _write_and_close(stream: Any, data: bytes) -> None:
-    stream.write(data)
-    stream.close()
-
-
 def load_documents(
     files: Iterator[SourceFile | Diagnostic],
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
@@ -964,9 +647,7 @@ def load_documents(
                                           file=item.path, line=1))
             continue
         docs, problems = parse_manifest_file(item.path, content)
-        area = _area_of(item.path) or ""
-        parts = item.path.split("/")
-        tenant = parts[1] if area == "tenants" and len(parts) >= 3 else None
+        area, tenant = placement(item.path)
         for doc in docs:
             doc.area = area
             doc.tenant = tenant

@@ -87,7 +87,7 @@ def folder_sources(root: Path) -> Sources:
 def revision_sources(root: Path, rev: str) -> Sources:
     """The lines of the repo's files as the Git revision `rev` holds them, each read once:
     what was validated, whatever the working tree holds."""
-    from .load import SourceFile
+    from .sources import SourceFile
     from .validate import repo_files
 
     files = {item.path: item for item in repo_files(root, rev, _SOURCE_LIMIT)

@@ -10,19 +10,12 @@ from typing import TYPE_CHECKING
 from .cache import cache_dir
 from .check import Context, check
 from .diagnostics import Diagnostic
-from .load import (
-    DEFAULT_MAX_FILE_BYTES,
-    Document,
-    SourceError,
-    SourceFile,
-    folder_files,
-    git_files,
-    load_documents,
-)
+from .load import Document, load_documents
 from .models import KINDS
 from .parse_cache import FileKey, ParseCache, ParsedFile, content_id
 from .plugins import installed_plugins
 from .schema import Manifest, validate_documents
+from .sources import DEFAULT_MAX_FILE_BYTES, SourceError, SourceFile, folder_files, git_files
 
 if TYPE_CHECKING:
     from .guardrails import Violation

@@ -12,10 +12,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reconciler.allocate import ip_of_port
-from reconciler.desired import render_desired
-from reconciler.objects import Held
-from reconciler.planner import plan_between
+from unet.reconciler.allocate import ip_of_port
+from unet.reconciler.desired import render_desired
+from unet.reconciler.objects import Held
+from unet.reconciler.planner import plan_between
 
 from .test_plan_props import EXAMPLE_FILES, Files, validate_memory
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reconciler.planner import plan_between
-from reconciler.validate import validate_repo
+from unet.reconciler.planner import plan_between
+from unet.reconciler.validate import validate_repo
 
 TWO_VMS_IN_A_SLASH_30 = """---
 apiVersion: network.osac.io/v1alpha1

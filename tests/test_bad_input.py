@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import validate as validate_module
-from reconciler.cli import main
-from reconciler.load import DEFAULT_MAX_FILE_BYTES, SourceFile
+from unet.reconciler import validate as validate_module
+from unet.reconciler.cli import main
+from unet.reconciler.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 
 API = "apiVersion: network.osac.io/v1alpha1\n"
 SUBNET = API + "kind: Subnet\nmetadata:\n  name: extra\n"  # lines 1-4; spec starts on 5

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from benchmarks import bench, generate, nbctl, repos, stages
 from benchmarks.fixture import Run
-from reconciler.validate import validate_repo
+from unet.reconciler.validate import validate_repo
 
 from .support.ovnlab import require_ovn
 

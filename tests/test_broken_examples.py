@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
-from reconciler.diagnostics import CODES, PLAN_TIME_CODES, Diagnostic, Severity
-from reconciler.validate import validate_repo
+from unet.reconciler.cli import main
+from unet.reconciler.diagnostics import CODES, PLAN_TIME_CODES, Diagnostic, Severity
+from unet.reconciler.validate import validate_repo
 
 from .conftest import ROOT, copy_checkout
 

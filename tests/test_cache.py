@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import cache as cache_module
-from reconciler.cli import main
+from unet.reconciler import cache as cache_module
+from unet.reconciler.cli import main
 
 
 def _validate(repo: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> dict:
@@ -22,7 +22,7 @@ def test_a_warm_run_gives_the_same_answer_without_validating(
         example_copy: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     first = _validate(example_copy, capsys)
-    import reconciler.validate as validate_module
+    import unet.reconciler.validate as validate_module
 
     def must_not_run(*_args: object) -> None:
         raise AssertionError("a cache hit must not validate again")

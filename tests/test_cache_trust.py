@@ -24,8 +24,8 @@ WORLD_SSH = "opens tcp port 22 from 0.0.0.0/0"
 _REKEY = """
 import hashlib, sys
 from pathlib import Path
-from reconciler import parse_cache as pc
-from reconciler.load import DEFAULT_MAX_FILE_BYTES
+from unet.reconciler import parse_cache as pc
+from unet.reconciler.sources import DEFAULT_MAX_FILE_BYTES
 folder, path, forged, real = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 cache = pc.ParseCache(folder, DEFAULT_MAX_FILE_BYTES)
 index, body = pc._read_pack(cache.path, cache.key)
@@ -40,10 +40,10 @@ pc._write_pack(cache.path, cache.key, index, [body])
 _CLEAN_ENTRY = """
 import sys
 from pathlib import Path
-from reconciler.cache import ValidationCache, inputs_digest
-from reconciler.cli import _read_once
-from reconciler.load import DEFAULT_MAX_FILE_BYTES
-from reconciler.validate import repo_files
+from unet.reconciler.cache import ValidationCache, inputs_digest
+from unet.reconciler.cli import _read_once
+from unet.reconciler.sources import DEFAULT_MAX_FILE_BYTES
+from unet.reconciler.validate import repo_files
 repo, folder = Path(sys.argv[1]), Path(sys.argv[2])
 items = [_read_once(i, DEFAULT_MAX_FILE_BYTES) for i in repo_files(repo, None)]
 ValidationCache(folder).store(inputs_digest(items, DEFAULT_MAX_FILE_BYTES), [], 20, 40)
@@ -65,7 +65,7 @@ def _python(env: dict[str, str], *args: str, cwd: Path | None = None
 
 
 def _unet(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    done = _python(env, "-m", "reconciler.cli", *args)
+    done = _python(env, "-m", "unet.reconciler.cli", *args)
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
     return done
 

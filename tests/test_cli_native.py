@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from reconciler.plan_render import render_text
-from reconciler.processes import process_alive
+from unet.reconciler.plan_render import render_text
+from unet.reconciler.processes import process_alive
 
 from .conftest import ROOT
 from .support.ovnrun import apply, unet, unet_env
@@ -25,7 +25,7 @@ ESC = "\x1b["
 
 
 def _coloured(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *args], cwd=cwd,
                           env={**unet_env(), **env}, capture_output=True, text=True,
                           timeout=60, check=False)
 
@@ -132,7 +132,7 @@ def test_one_format_vocabulary(example_copy: Path, tmp_path: Path) -> None:
                     "user.email=t@example.invalid", "commit", "-qm", "repo"], check=True)
     summary = tmp_path / "summary.md"
     github = subprocess.run(
-        [sys.executable, "-m", "reconciler.cli", "plan", str(example_copy), "--base", "HEAD",
+        [sys.executable, "-m", "unet.reconciler.cli", "plan", str(example_copy), "--base", "HEAD",
          "--format", "github"], cwd=cwd, env={**unet_env(), "GITHUB_STEP_SUMMARY": str(summary)},
         capture_output=True, text=True, timeout=60, check=False)
     assert github.returncode == 0, github.stderr
@@ -145,7 +145,7 @@ def test_one_format_vocabulary(example_copy: Path, tmp_path: Path) -> None:
 def test_shell_completion(tmp_path: Path) -> None:
     out = tmp_path / "completions"
     line = "unet pl"
-    result = subprocess.run([sys.executable, "-m", "reconciler.cli"], cwd=tmp_path, env={
+    result = subprocess.run([sys.executable, "-m", "unet.reconciler.cli"], cwd=tmp_path, env={
         **unet_env(), "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
         "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "_ARGCOMPLETE_IFS": "\n"},
         capture_output=True, text=True, timeout=60, check=False)

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from reconciler.daemon.endpoints import (
+from unet.reconciler.daemon.endpoints import (
     BODY_SECONDS,
     HEAD_BYTES,
     HEAD_SECONDS,
@@ -23,7 +23,7 @@ from reconciler.daemon.endpoints import (
     Endpoints,
     listen,
 )
-from reconciler.daemon.metrics import Metrics
+from unet.reconciler.daemon.metrics import Metrics
 
 from .test_daemon_webhook import SECRET, _signed
 from .test_gitops_daemon import metric, metrics, wait_until

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import heap
-from reconciler.daemon.loop import Options, Reconciler
+from unet.reconciler import heap
+from unet.reconciler.daemon.loop import Options, Reconciler
 
 CYCLES = 8
 

@@ -20,17 +20,17 @@ from typing import Any
 
 import pytest
 
-from managers.ovn.manager import OvnManager
-from reconciler import heap
-from reconciler.cache import inputs_digest
-from reconciler.daemon.loop import Options, Reconciler
-from reconciler.daemon.watching import Watches
-from reconciler.desired import render_desired, rendered_key, rerender_tenants
-from reconciler.model import Model
-from reconciler.objects import TAG_ALLOCATION, Held, observed_allocations
-from reconciler.planner import changed_tenants
-from reconciler.plugins import managers_of
-from reconciler.validate import ParsedFiles, repo_files, validate_repo
+from unet.managers.ovn.manager import OvnManager
+from unet.reconciler import heap
+from unet.reconciler.cache import inputs_digest
+from unet.reconciler.daemon.loop import Options, Reconciler
+from unet.reconciler.daemon.watching import Watches
+from unet.reconciler.desired import render_desired, rendered_key, rerender_tenants
+from unet.reconciler.model import Model
+from unet.reconciler.objects import TAG_ALLOCATION, Held, observed_allocations
+from unet.reconciler.planner import changed_tenants
+from unet.reconciler.plugins import managers_of
+from unet.reconciler.validate import ParsedFiles, repo_files, validate_repo
 
 from .support.gitops import EXAMPLE, add_instance, commit_all, git, ovn_only_repo
 from .support.ovnlab import NB_SCHEMA, OvnLab
@@ -305,7 +305,7 @@ def test_the_rendered_cache_key_holds_every_input(tmp_path: Path,
             (work / "tenants" / "acme" / "network.yaml").read_text() + "\n# a comment\n"),
         "the environment of a config": lambda: monkeypatch.setenv("UNET_TEST_NB",
                                                                   "unix:/nowhere/b.sock"),
-        "unet's code": lambda: monkeypatch.setattr("reconciler.cache.code_digest",
+        "unet's code": lambda: monkeypatch.setattr("unet.reconciler.cache.code_digest",
                                                    lambda: "another version"),
     }
     for what, change in changed.items():

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.daemon.endpoints import listen
-from reconciler.daemon.metrics import PORT_FILE, Metrics
+from unet.reconciler.daemon.endpoints import listen
+from unet.reconciler.daemon.metrics import PORT_FILE, Metrics
 
 from .support.gitops import add_instance, commit_all, git, ovn_only_repo
 from .test_gitops_daemon import (
@@ -95,7 +95,7 @@ def test_without_a_secret_there_is_no_endpoint_and_a_missing_secret_is_said(
         tmp_path: Path) -> None:
     state = tmp_path / "state"
     missing = subprocess.run(
-        [sys.executable, "-m", "reconciler.cli", "reconcile", "--path", str(tmp_path),
+        [sys.executable, "-m", "unet.reconciler.cli", "reconcile", "--path", str(tmp_path),
          "--webhook-secret-env", "UNET_TEST_HOOK_UNSET"], cwd=tmp_path,
         env={k: v for k, v in _env().items() if k != "UNET_TEST_HOOK_UNSET"},
         capture_output=True, text=True, timeout=60, check=False)
@@ -206,7 +206,7 @@ def test_the_daemon_stops_with_a_reason_when_its_endpoints_process_ends(tmp_path
         _first_run_done(state, proc, err)
         children = [int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
                     .read_text().split()
-                    if b"reconciler.daemon.endpoints" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+                    if b"daemon.endpoints" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         assert len(children) == 1, "the endpoints are served by a process of their own"
         os.kill(children[0], signal.SIGKILL)
         assert proc.wait(timeout=30) == 1

@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
-from reconciler.validate import validate_repo
+from unet.reconciler.validate import validate_repo
 
 from .conftest import EXAMPLE, ROOT, copy_checkout
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.cli import main
+from unet.reconciler.cli import main
 
 from .conftest import EXAMPLE, ROOT, copy_checkout
 from .support.lsp import LanguageServer

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reconciler.cli import main
-from reconciler.models import KINDS
-from reconciler.validate import validate_repo
+from unet.reconciler.cli import main
+from unet.reconciler.models import KINDS
+from unet.reconciler.validate import validate_repo
 
 from .conftest import EXAMPLE, ROOT
 
@@ -64,12 +64,12 @@ def test_the_readmes_next_step_after_the_demo_shows_what_it_says(example_copy: P
     assert [argv[0] for argv in demo] == ["validate", "apply", "plan"]
     for argv in demo:
         argv = [str(example_copy) if a == "examples/network-repo" else a for a in argv]
-        done = subprocess.run([sys.executable, "-m", "reconciler.cli", *argv],
+        done = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *argv],
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, (argv, done.stdout, done.stderr)
     readme = (ROOT / "README.md").read_text()
     [step] = re.findall(r"`cd examples/network-repo && (unet plan[^`]*)`", readme)
-    done = subprocess.run([sys.executable, "-m", "reconciler.cli", *step.split()[1:]],
+    done = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *step.split()[1:]],
                           cwd=example_copy, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "No changes" in done.stdout and "0 to create" in done.stdout, done.stdout

@@ -14,11 +14,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.diagnostics import CODES, Diagnostic
-from reconciler.load import SourceFile, folder_files, parse_manifest_file
-from reconciler.models import API_VERSION, KINDS
-from reconciler.schema import kind_schemas
-from reconciler.validate import validate_files
+from unet.reconciler.diagnostics import CODES, Diagnostic
+from unet.reconciler.load import parse_manifest_file
+from unet.reconciler.models import API_VERSION, KINDS
+from unet.reconciler.schema import kind_schemas
+from unet.reconciler.sources import SourceFile, folder_files
+from unet.reconciler.validate import validate_files
 
 from .conftest import EXAMPLE
 

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from managers.ovn.embedded import EmbeddedNorthbound
-from managers.ovn.northbound import Northbound
-from reconciler.daemon.cli import parse_duration
-from reconciler.daemon.history import Run
-from reconciler.daemon.report import markdown_report
+from unet.managers.ovn.embedded import EmbeddedNorthbound
+from unet.managers.ovn.northbound import Northbound
+from unet.reconciler.daemon.cli import parse_duration
+from unet.reconciler.daemon.history import Run
+from unet.reconciler.daemon.report import markdown_report
 
 from .conftest import ROOT
 from .support.gitops import add_instance, break_repo, commit_all, git, ovn_only_repo, set_mode
@@ -49,7 +49,7 @@ def spawn(cwd: Path, *args: str, name: str, env: dict[str, str] | None = None
     """unet in the background; `env` adds to the test environment."""
     out, err = cwd / f"{name}.out", cwd / f"{name}.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
+        proc = subprocess.Popen([sys.executable, "-m", "unet.reconciler.cli", *args], cwd=cwd,
                                 env={**_env(), **(env or {})}, stdout=stdout, stderr=stderr)
     return proc, out, err
 
@@ -263,12 +263,12 @@ def test_the_daemon_follows_the_branch(tmp_path: Path) -> None:
     assert len(runs) >= 8 and all({"revision", "result", "counts", "duration"} <= r.keys()
                                   for r in runs)
 
-    shown = subprocess.run([sys.executable, "-m", "reconciler.cli", "reconcile", "history",
+    shown = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", "reconcile", "history",
                             "--state-dir", str(state), "--limit", "0"], cwd=daemon_dir,
                            env=_env(), capture_output=True, text=True, check=True).stdout
     assert shown.startswith("STARTED") and c3[:12] in shown and "invalid" in shown
     data = json.loads(subprocess.run(
-        [sys.executable, "-m", "reconciler.cli", "reconcile", "history", "--state-dir",
+        [sys.executable, "-m", "unet.reconciler.cli", "reconcile", "history", "--state-dir",
          str(state), "--format", "json", "--limit", "3"], cwd=daemon_dir, env=_env(),
         capture_output=True, text=True, check=True).stdout)
     assert len(data) == 3 and all(run["revision"] == c4 for run in data)
@@ -291,7 +291,7 @@ def test_two_reconcilers_never_apply_at_once(tmp_path: Path) -> None:
     one, two = sorted(logs, key=lambda log: log["locked_at"])
     assert one["unlocked_at"] <= two["locked_at"]  # the lock: never at the same time
     assert len(history(state)) == 2
-    again = subprocess.run([sys.executable, "-m", "reconciler.cli", *args], cwd=tmp_path,
+    again = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *args], cwd=tmp_path,
                            env=_env(), capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
 
@@ -301,7 +301,7 @@ def test_two_reconcilers_never_apply_at_once(tmp_path: Path) -> None:
         try:
             with holder.lock("example", 10):
                 add_instance(repo, "web-9")
-                locked = subprocess.run([sys.executable, "-m", "reconciler.cli", *args,
+                locked = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *args,
                                          "--lock-timeout", "1"], cwd=tmp_path, env=_env(),
                                         capture_output=True, text=True, timeout=120)
         finally:
@@ -316,7 +316,7 @@ def test_once_refuses_an_invalid_folder_without_touching_a_backend(tmp_path: Pat
     repo = ovn_only_repo(tmp_path / "repo")
     break_repo(repo)
     summary, outputs = tmp_path / "summary.md", tmp_path / "outputs"
-    done = subprocess.run([sys.executable, "-m", "reconciler.cli", "reconcile", "--once",
+    done = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", "reconcile", "--once",
                            "--detailed-exitcode", "--path", "repo"], cwd=tmp_path,
                           env={**_env(), "GITHUB_STEP_SUMMARY": str(summary),
                                "GITHUB_OUTPUT": str(outputs)},
@@ -341,9 +341,9 @@ def test_durations() -> None:
 
 def test_the_job_summary_fits_and_puts_the_run_first(tmp_path: Path) -> None:
     """Summary first, plan details cut from the end with a note, under the byte limit."""
-    from reconciler.plan_io import plan_to_json
-    from reconciler.planner import plan_between
-    from reconciler.validate import validate_repo
+    from unet.reconciler.plan_io import plan_to_json
+    from unet.reconciler.planner import plan_between
+    from unet.reconciler.validate import validate_repo
 
     repo = ovn_only_repo(tmp_path / "repo")
     plan = plan_to_json(plan_between(None, validate_repo(repo), {"head": {"path": "repo"}}))

@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from managers.ovn.embedded import EmbeddedNorthbound
+from unet.managers.ovn.embedded import EmbeddedNorthbound
 
 from .conftest import EXAMPLE, ROOT, copy_checkout
 from .support.gitops import (

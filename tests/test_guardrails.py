@@ -17,10 +17,10 @@ from pathlib import Path
 import netaddr
 import pytest
 
-from reconciler import guardrails
-from reconciler.cli import main
-from reconciler.diagnostics import Diagnostic
-from reconciler.validate import Validation, validate_repo
+from unet.reconciler import guardrails
+from unet.reconciler.cli import main
+from unet.reconciler.diagnostics import Diagnostic
+from unet.reconciler.validate import Validation, validate_repo
 
 from .conftest import EXAMPLE, ROOT, copy_checkout
 

@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from reconciler.allocate import ip_of_port
-from reconciler.desired import render_desired
-from reconciler.errors import UnetError
-from reconciler.objects import BackendObject
+from unet.reconciler.allocate import ip_of_port
+from unet.reconciler.desired import render_desired
+from unet.reconciler.errors import UnetError
+from unet.reconciler.objects import BackendObject
 
 from .support.ovnlab import OvnLab
 from .support.ovnrun import apply, row_named, unet

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from managers.kubernetes import KubernetesConfig, KubernetesManager, client
-from managers.kubernetes.lease import Lease, holder_identity
-from managers.sdk import BackendLocked
-from reconciler.cli import main
+from unet.managers.kubernetes import KubernetesConfig, KubernetesManager, client
+from unet.managers.kubernetes.lease import Lease, holder_identity
+from unet.managers.sdk import BackendLocked
+from unet.reconciler.cli import main
 
 from .k8s_fixtures.server import USER, FakeCluster, refused_url, write_kubeconfig
 from .test_plan_golden import append_doc, copy_example, edit_docs, edit_text, find_doc
@@ -362,8 +362,8 @@ def test_contract_prune_deletes_only_ours(applied: Env) -> None:
 
 def test_contract_delete_names_the_observed_uid(applied: Env) -> None:
     """An object deleted and recreated between observe and delete is not deleted."""
-    from reconciler.diff import Action, Change
-    from reconciler.order import Step
+    from unet.reconciler.diff import Action, Change
+    from unet.reconciler.order import Step
 
     a1 = applied.clusters["hosting-a1"]
     manager = KubernetesManager("kubernetes", KubernetesConfig.model_validate({
@@ -645,7 +645,7 @@ def test_contract_lease_is_renewed_while_held_and_released(env: Env) -> None:
 def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) -> None:
     """Both managers: the CUDN's VLAN id is the OVN localnet port's tag; an unreachable
     cluster stops the apply of both; the fabric alone is planned with --manager ovn."""
-    from managers.ovn.manager import OvnConfig, OvnManager
+    from unet.managers.ovn.manager import OvnConfig, OvnManager
 
     env.point(**{"hosting-a2": refused_url()})
     code, out, err = env.unet("apply", str(env.repo), "--auto-approve")
@@ -675,7 +675,7 @@ def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) 
 
 def test_contract_kubernetes_alone_reads_the_segments_ovn_allocated(env: Env) -> None:
     """--manager kubernetes alone still takes each subnet's segment id from OVN's row."""
-    from managers.ovn.manager import OvnConfig, OvnManager
+    from unet.managers.ovn.manager import OvnConfig, OvnManager
 
     network = env.repo / "tenants" / "acme" / "network.yaml"
     code, _out, err = env.unet("apply", str(env.repo), "--manager", "ovn", "--auto-approve")

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from managers.kubernetes.codec import LABEL_INSTALLATION, to_backend, to_body
-from reconciler.desired import render_desired
-from reconciler.diff import Action, diff
-from reconciler.objects import TAG_HASH, TAG_IMMUTABLE, observed_allocations
-from reconciler.validate import validate_repo
+from unet.managers.kubernetes.codec import LABEL_INSTALLATION, to_backend, to_body
+from unet.reconciler.desired import render_desired
+from unet.reconciler.diff import Action, diff
+from unet.reconciler.objects import TAG_HASH, TAG_IMMUTABLE, observed_allocations
+from unet.reconciler.validate import validate_repo
 
 from .conftest import EXAMPLE
 from .support import crds as validate

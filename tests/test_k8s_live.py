@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler.cli import main
+from unet.reconciler.cli import main
 
 from .k8s_fixtures.server import refused_url
 from .support.crds import crd_dir

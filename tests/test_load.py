@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from reconciler.load import MAX_ALIASES, SourceFile, _parse, folder_files, parse_manifest_file
+from unet.reconciler.load import MAX_ALIASES, _parse, parse_manifest_file
+from unet.reconciler.sources import SourceFile, folder_files
 
 from .conftest import EXAMPLE
 

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from reconciler.diagnostics import Diagnostic
-from reconciler.validate import validate_repo
+from unet.reconciler.diagnostics import Diagnostic
+from unet.reconciler.validate import validate_repo
 
 from .conftest import EXAMPLE
 from .test_plan_golden import edit_text

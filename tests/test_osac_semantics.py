@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reconciler.desired import render_desired
-from reconciler.diff import Action
-from reconciler.planner import plan_between
+from unet.reconciler.desired import render_desired
+from unet.reconciler.diff import Action
+from unet.reconciler.planner import plan_between
 
 from .test_plan_props import EXAMPLE_FILES, Files, validate_memory
 
@@ -103,7 +103,7 @@ def test_a_protected_group_may_change_its_rules_and_its_members() -> None:
     """Protection stops a delete or a replace of the resource; changing a rule (one ACL
     row goes, another comes) or who uses the group (a VM moving to a hosting cluster
     changes the ACLs naming it as a remote) is an update, as in Terraform."""
-    from reconciler.models import PREVENT_DESTROY_ANNOTATION
+    from unet.reconciler.models import PREVENT_DESTROY_ANNOTATION
 
     files = copy.deepcopy(EXAMPLE_FILES)
     web = _docs(files, "tenants/acme/security-groups.yaml", "SecurityGroup", "web")
@@ -158,7 +158,7 @@ def test_a_subnet_without_a_gateway_is_an_isolated_segment() -> None:
 def test_protection_refuses_a_row_deleted_for_good() -> None:
     """A protected VM moving to a hosting cluster loses its fabric port (an Address_Set
     is no port): that is a destroy, refused, not an update."""
-    from reconciler.models import PREVENT_DESTROY_ANNOTATION
+    from unet.reconciler.models import PREVENT_DESTROY_ANNOTATION
 
     files = copy.deepcopy(EXAMPLE_FILES)
     web1 = _docs(files, "tenants/acme/compute.yaml", "ComputeInstance", "web-1")

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reconciler.processes import process_alive
+from unet.reconciler.processes import process_alive
 
 from .conftest import use_northbound
 from .support.ovnlab import NB_SCHEMA, OvnLab

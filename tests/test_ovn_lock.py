@@ -127,8 +127,8 @@ def test_a_run_that_another_run_took_over_from_never_clears_its_holder_tag(
     """In a cluster, two runs can each hold the lock on their own member; the one that was
     taken over from must not, on letting go, clear the holder tag the other run set (it
     is what waiting runs read to say for whom they wait)."""
-    from managers.ovn.fence import GENERATION_TAG, LOCK_HOLDER_TAG, Fence
-    from managers.ovn.rpc import Rpc, Timeouts
+    from unet.managers.ovn.fence import GENERATION_TAG, LOCK_HOLDER_TAG, Fence
+    from unet.managers.ovn.rpc import Rpc, Timeouts
 
     fence = Fence(lambda: Rpc(lab.nb_remote, Timeouts(), None), "took-over")
     fence.acquire(5.0)

@@ -27,7 +27,7 @@ from .support.pki import EXPIRED, Authority, Identity
 from .test_plan_golden import edit_text
 
 if TYPE_CHECKING:
-    from managers.ovn.tls import TlsClient
+    from unet.managers.ovn.tls import TlsClient
 
 #: A TLS failure is told at once; generous for a loaded machine, far below any timeout.
 QUICK = 10.0
@@ -166,7 +166,7 @@ def test_a_certificate_either_side_does_not_trust_is_a_clear_error_naming_the_se
 def test_the_tls_handshake_is_bounded_by_the_connect_timeout(ca_a: Authority) -> None:
     """A server that takes the connection (the kernel does, for a listening socket) and
     never answers the handshake."""
-    from managers.ovn.rpc import TlsFailed, open_stream
+    from unet.managers.ovn.rpc import TlsFailed, open_stream
 
     with socket.create_server(("127.0.0.1", 0)) as listener:
         remote = f"ssl:127.0.0.1:{listener.getsockname()[1]}"
@@ -178,7 +178,7 @@ def test_the_tls_handshake_is_bounded_by_the_connect_timeout(ca_a: Authority) ->
 
 
 def client_tls(client: Identity) -> TlsClient:
-    from managers.ovn.tls import TlsClient, TlsFiles
+    from unet.managers.ovn.tls import TlsClient, TlsFiles
 
     return TlsClient(TlsFiles(str(client.key), str(client.cert), str(client.ca_cert)))
 

@@ -847,7 +847,7 @@ def test_an_ipv6_external_ip_for_a_target_without_ipv6_is_refused(
             manifest("ExternalIPAttachment", "runner-public6", {
                 "externalIP": "runner-public6",
                 "target": {"kind": "ComputeInstance", "name": "ci-runner-1"}}))
-    run = subprocess.run([sys.executable, "-m", "reconciler.cli", "validate", str(repo),
+    run = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", "validate", str(repo),
                           "--format", "json"], capture_output=True, text=True, cwd=repo,
                          timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr

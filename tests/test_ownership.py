@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from reconciler.validate import validate_repo
+from unet.reconciler.validate import validate_repo
 
 from .support.gitops import commit_all, git
 from .support.ovnlab import OvnLab

@@ -2,7 +2,7 @@
 
 The wheel is built from a copy of the tree with pip (build isolation: setuptools comes
 from the package index or pip's cache) and installed with `pip install --target`, so that
-the copy of `reconciler` that runs is the installed one; its dependencies come from the
+the copy of `unet` that runs is the installed one; its dependencies come from the
 environment running the tests.
 """
 
@@ -21,7 +21,7 @@ import pytest
 from .conftest import EXAMPLE, ROOT
 
 #: What building the wheel reads.
-BUILD_INPUTS = ("pyproject.toml", "README.md", "reconciler", "managers", "schemas")
+BUILD_INPUTS = ("pyproject.toml", "README.md", "unet", "reconciler", "managers", "schemas")
 
 
 def _source_packages() -> set[str]:
@@ -31,14 +31,16 @@ def _source_packages() -> set[str]:
         for folder in (ROOT / top, *(ROOT / top).rglob("*")):
             if (folder.is_dir() and folder.name != "__pycache__"
                     and any(f.is_file() and f.suffix != ".pyc" for f in folder.iterdir())):
-                found.add(".".join(folder.relative_to(ROOT).parts))
+                found.add(".".join(("unet", *folder.relative_to(ROOT).parts)))
     return found
 
 
 def test_every_package_of_the_tree_is_listed_for_the_wheel() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert sorted(config["packages"]) == sorted(_source_packages() | {"reconciler.schemas"})
-    assert config["package-dir"] == {"reconciler.schemas": "schemas"}
+    assert sorted(config["packages"]) == sorted(
+        _source_packages() | {"unet", "unet.reconciler.schemas"})
+    assert config["package-dir"] == {"unet.reconciler": "reconciler", "unet.managers": "managers",
+                                     "unet.reconciler.schemas": "schemas"}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source.mkdir()
     for name in BUILD_INPUTS:
         if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name,
+            shutil.copytree(ROOT / name, source / name, symlinks=True,
                             ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(ROOT / name, source / name)
@@ -73,8 +75,21 @@ def _unet(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, check=False)
 
 
+def test_the_wheel_installs_one_package_unet(installed: Path) -> None:
+    """Generic names such as `reconciler` or `managers` would collide with other
+    distributions' in site-packages."""
+    top = {p.name for p in installed.iterdir()
+           if p.name not in ("bin", "__pycache__") and not p.name.endswith(".dist-info")}
+    assert top == {"unet"}
+    assert (installed / "unet" / "py.typed").is_file()
+    done = subprocess.run([sys.executable, "-m", "unet", "--version"], cwd=installed.parent,
+                          env={**os.environ, "PYTHONPATH": str(installed)}, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+
+
 def test_the_wheel_ships_the_schemas_and_says_where(installed: Path) -> None:
-    shipped = installed / "reconciler" / "schemas"
+    shipped = installed / "unet" / "reconciler" / "schemas"
     done = _unet(installed, "schema", "--path")
     assert done.returncode == 0, done.stderr
     assert Path(done.stdout.strip()) == shipped
@@ -84,7 +99,7 @@ def test_the_wheel_ships_the_schemas_and_says_where(installed: Path) -> None:
 
 
 def test_an_installed_unet_never_writes_into_itself(installed: Path, tmp_path: Path) -> None:
-    shipped = installed / "reconciler" / "schemas"
+    shipped = installed / "unet" / "reconciler" / "schemas"
     before = {p.name: p.stat().st_mtime_ns for p in shipped.iterdir()}
     done = _unet(installed, "schema")
     assert done.returncode == 1 and "--out DIR" in done.stderr, done.stderr
@@ -101,7 +116,7 @@ def test_an_installed_unet_validates_with_the_shipped_schemas(installed: Path) -
     done = _unet(installed, "validate", "--no-cache", str(broken))
     assert done.returncode == 1 and "MTU_INVALID" in done.stdout, done.stdout
     # Prove it reads the shipped file: a tampered one changes the verdict.
-    tampered = installed / "reconciler" / "schemas" / "VirtualNetwork.schema.json"
+    tampered = installed / "unet" / "reconciler" / "schemas" / "VirtualNetwork.schema.json"
     original = tampered.read_text()
     try:
         tampered.write_text(json.dumps({"required": ["shippedSchemaWasRead"]}))

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import parse_cache
-from reconciler import validate as validate_module
-from reconciler.cli import main
-from reconciler.diagnostics import Diagnostic
-from reconciler.load import DEFAULT_MAX_FILE_BYTES, SourceFile
-from reconciler.validate import parsed_files, repo_files, validate_files
+from unet.reconciler import parse_cache
+from unet.reconciler import validate as validate_module
+from unet.reconciler.cli import main
+from unet.reconciler.diagnostics import Diagnostic
+from unet.reconciler.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
+from unet.reconciler.validate import parsed_files, repo_files, validate_files
 
 from .conftest import ROOT, copy_checkout
 from .test_fuzz import EXAMPLE_FILES, FUZZ_PATHS, SETTINGS, random_content

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.cli import main
-from reconciler.plan_io import document_text
+from unet.reconciler.cli import main
+from unet.reconciler.plan_io import document_text
 
 from .conftest import EXAMPLE, copy_checkout
 from .test_plan_golden import edit_text

@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 import yaml
 
-from reconciler.desired import render_desired
-from reconciler.plan import Plan
-from reconciler.plan_io import plan_to_json
-from reconciler.planner import plan_between
-from reconciler.validate import Validation, validate_repo
+from unet.reconciler.desired import render_desired
+from unet.reconciler.plan import Plan
+from unet.reconciler.plan_io import plan_to_json
+from unet.reconciler.planner import plan_between
+from unet.reconciler.validate import Validation, validate_repo
 
 from .conftest import EXAMPLE, copy_checkout
 

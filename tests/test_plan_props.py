@@ -23,10 +23,9 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from reconciler.desired import render_desired
-from reconciler.diff import Action, Change
-from reconciler.load import SourceFile
-from reconciler.objects import (
+from unet.reconciler.desired import render_desired
+from unet.reconciler.diff import Action, Change
+from unet.reconciler.objects import (
     TAG_ALLOCATION,
     TAG_IMMUTABLE,
     UNKNOWN,
@@ -34,10 +33,11 @@ from reconciler.objects import (
     index_objects,
     observed_allocations,
 )
-from reconciler.plan import Plan
-from reconciler.plan_io import dumps
-from reconciler.planner import plan_between
-from reconciler.validate import Validation, validate_files, validate_repo
+from unet.reconciler.plan import Plan
+from unet.reconciler.plan_io import dumps
+from unet.reconciler.planner import plan_between
+from unet.reconciler.sources import SourceFile
+from unet.reconciler.validate import Validation, validate_files, validate_repo
 
 from .conftest import EXAMPLE
 from .test_plan_golden import edit_text, plan_document, validated
@@ -515,8 +515,8 @@ def test_prune_off_never_gives_a_kept_address_to_a_new_port() -> None:
 
 def test_objects_that_depend_on_each_other_are_a_cycle_error() -> None:
     """A renderer's bug, named: the steps in the circle, never an endless wait."""
-    from reconciler.objects import BackendObject
-    from reconciler.order import CycleError, order
+    from unet.reconciler.objects import BackendObject
+    from unet.reconciler.order import CycleError, order
 
     a = BackendObject("m", "T", "a", "X/a", {}, {"ref": ("b",)})
     b = BackendObject("m", "T", "b", "X/b", {}, {"ref": ("a",)})

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from reconciler.plan_io import plan_to_json
-from reconciler.planner import changed_tenants, plan_between
-from reconciler.validate import ParsedFiles, validate_repo
+from unet.reconciler.plan_io import plan_to_json
+from unet.reconciler.planner import changed_tenants, plan_between
+from unet.reconciler.validate import ParsedFiles, validate_repo
 
 from .conftest import EXAMPLE, copy_checkout
 from .support.gitops import commit_all, git

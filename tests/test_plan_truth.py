@@ -20,7 +20,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from reconciler.cli import main
+from unet.reconciler.cli import main
 
 from .conftest import EXAMPLE, copy_checkout
 from .support.ovnlab import NB_SCHEMA, OvnLab
@@ -323,8 +323,8 @@ def test_an_installation_recorded_in_the_former_digest_format_still_tells_drift(
     applied by an earlier unet holds the former one: on its first run after the upgrade, a
     row deleted by hand must still be drift (a `reconcile: report` run reports it), not a
     change of the repo to carry out."""
-    from reconciler.engine import RunOptions, read_desired
-    from reconciler.plan import DIGEST_FORMAT
+    from unet.reconciler.engine import RunOptions, read_desired
+    from unet.reconciler.plan import DIGEST_FORMAT
 
     assert apply(tmp_path, repo).returncode == 0
     tag = "unet:applied:example:ovn"

@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from reconciler.desired import render_desired
-from reconciler.load import DEFAULT_MAX_FILE_BYTES, SourceFile
-from reconciler.planner import changed_tenants, plan_between
-from reconciler.validate import ParsedFiles, validate_files
+from unet.reconciler.desired import render_desired
+from unet.reconciler.planner import changed_tenants, plan_between
+from unet.reconciler.sources import DEFAULT_MAX_FILE_BYTES, SourceFile
+from unet.reconciler.validate import ParsedFiles, validate_files
 
 from .support.ovnlab import OvnLab
 from .support.ovnrun import apply, dump, plan_json, row_named

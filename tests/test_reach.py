@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from reconciler.plan_render import render_markdown, render_text
-from reconciler.validate import Validation
+from unet.reconciler.plan_render import render_markdown, render_text
+from unet.reconciler.validate import Validation
 
 from .conftest import EXAMPLE
 from .test_plan_golden import (
@@ -39,7 +39,7 @@ ATTACH_DB = {"apiVersion": API, "kind": "ExternalIPAttachment",
 
 
 def _plan(base: Validation, head: Path) -> dict[str, Any]:
-    from reconciler.planner import plan_between
+    from unet.reconciler.planner import plan_between
 
     return plan_document(plan_between(base, validated(head), {}))
 
@@ -192,7 +192,7 @@ def example() -> Validation:
 
 
 def _reach(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reconciler.cli", "reach", str(repo), *args],
+    return subprocess.run([sys.executable, "-m", "unet.reconciler.cli", "reach", str(repo), *args],
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -244,7 +244,7 @@ def test_reach_says_what_it_cannot_answer() -> None:
 
 
 def test_many_entries_are_counted_per_tenant_beyond_the_limit() -> None:
-    from reconciler.plan_render import reachability_lines
+    from unet.reconciler.plan_render import reachability_lines
 
     entries = [{"nic": f"{tenant}/vm-{i}/0", "change": "gained", "internet": False,
                 "opening": "tcp/22 from network prod", "members": [], "cause": "rule added"}
@@ -256,7 +256,7 @@ def test_many_entries_are_counted_per_tenant_beyond_the_limit() -> None:
 
 def test_github_output_warns_of_what_opens_to_the_internet(
         tmp_path: Path, public_db: tuple[Path, Validation]) -> None:
-    from reconciler.commands import render_plan
+    from unet.reconciler.commands import render_plan
 
     _repo, base = public_db
     head = _with_public_db(copy_example(tmp_path / "head"))

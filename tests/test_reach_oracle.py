@@ -25,10 +25,10 @@ import yaml
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
-from reconciler.desired import render_desired
-from reconciler.reach import Reachability
-from reconciler.reach_query import ask
-from reconciler.validate import validate_repo
+from unet.reconciler.desired import render_desired
+from unet.reconciler.reach import Reachability
+from unet.reconciler.reach_query import ask
+from unet.reconciler.validate import validate_repo
 
 from .support.trace import (
     API,

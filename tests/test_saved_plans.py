@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from reconciler.plan_io import document_text, plan_digest
+from unet.reconciler.plan_io import document_text, plan_digest
 
 from .support.ovnlab import OvnLab
 from .support.ovnrun import add_instance, apply, dump, plan, unet

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.cli import main
-from reconciler.diagnostics import codes_markdown
+from unet.reconciler.cli import main
+from unet.reconciler.diagnostics import codes_markdown
 
 from .conftest import ROOT
 

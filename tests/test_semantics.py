@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from reconciler.desired import render_desired
-from reconciler.validate import validate_repo
+from unet.reconciler.desired import render_desired
+from unet.reconciler.validate import validate_repo
 
 from .test_plan_golden import append_doc, edit_text
 

@@ -94,7 +94,7 @@ def work(tmp_path: Path) -> Path:
 def unet(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     root = Path(__file__).parent.parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(root)])}
-    return subprocess.run([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *args], cwd=cwd,
                           capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -182,8 +182,8 @@ def test_a_backend_imports_nothing_of_unet_but_the_sdk() -> None:
     (each importing its own modules besides)."""
     root = Path(__file__).parent.parent
     plugins = {PLUGIN / "unet_folder_backend": "unet_folder_backend",
-               root / "managers" / "ovn": "managers.ovn",
-               root / "managers" / "kubernetes": "managers.kubernetes"}
+               root / "managers" / "ovn": "unet.managers.ovn",
+               root / "managers" / "kubernetes": "unet.managers.kubernetes"}
     for folder, package in plugins.items():
         for path in folder.glob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
@@ -194,7 +194,7 @@ def test_a_backend_imports_nothing_of_unet_but_the_sdk() -> None:
                 else:
                     continue
                 if name.split(".")[0] in ("reconciler", "managers"):
-                    assert name in ("managers.sdk", "managers.command") or \
+                    assert name in ("unet.managers.sdk", "unet.managers.command") or \
                         name.startswith(package + "."), f"{path}: imports {name}"
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from managers.sdk import (
+from unet.managers.sdk import (
     Allocations,
     BackendObject,
     Capability,

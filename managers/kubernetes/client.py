@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from managers.sdk import UnetError
+from unet.managers.sdk import UnetError
 
 from .kinds import FIELD_MANAGER, Kind
 

@@ -24,7 +24,7 @@ import copy
 import json
 from typing import Any
 
-from managers.sdk import TAG_HASH, BackendObject
+from unet.managers.sdk import TAG_HASH, BackendObject
 
 from .kinds import FIELD_MANAGER, KINDS
 from .render import POLICY_FOR

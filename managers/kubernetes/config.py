@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from managers.sdk import ManagerConfig
+from unet.managers.sdk import ManagerConfig
 
 
 class ClusterRef(ManagerConfig):

@@ -28,7 +28,7 @@ from typing import Any
 
 import tenacity
 
-from managers.sdk import WAIT_NOTICE, BackendLocked
+from unet.managers.sdk import WAIT_NOTICE, BackendLocked
 
 from .client import Cluster, KubernetesError, is_api_error, is_connection_error
 from .codec import LABEL_MANAGED_BY

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from managers.sdk import BackendObject, Observation
+from unet.managers.sdk import BackendObject, Observation
 
 from .client import Cluster, is_api_error, is_connection_error
 from .codec import classify, object_key, to_backend

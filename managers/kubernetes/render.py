@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import netaddr
 
-from managers.sdk import (
+from unet.managers.sdk import (
     TAG_ALLOCATION,
     AllocatedValues,
     Allocations,
@@ -39,7 +39,7 @@ from managers.sdk import (
     vip_key,
     workload_binding,
 )
-from managers.sdk import (
+from unet.managers.sdk import (
     parse_network as network,
 )
 

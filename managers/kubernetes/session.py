@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import tenacity
 
-from managers.sdk import (
+from unet.managers.sdk import (
     Action,
     ApplyOutcome,
     BackendLocked,

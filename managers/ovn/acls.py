@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from managers.sdk import parse_network, protocol_families
+from unet.managers.sdk import parse_network, protocol_families
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any
 
 import ovs.db.types
 
-from managers.sdk import TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject, Observation
+from unet.managers.sdk import TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject, Observation
 
 from .schema import MANAGED_COLUMNS, NAMED_TABLES, REF_COLUMNS, Schema
 

@@ -11,10 +11,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from managers.command import Command
+from unet.managers.command import Command
 
 if TYPE_CHECKING:
-    from managers.sdk import Manager
+    from unet.managers.sdk import Manager
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

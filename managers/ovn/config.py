@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from managers.sdk import ManagerConfig
+from unet.managers.sdk import ManagerConfig
 
 if TYPE_CHECKING:
     from .tls import TlsFiles

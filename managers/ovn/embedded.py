@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from managers.sdk import UnetError, process_alive
+from unet.managers.sdk import UnetError, process_alive
 
 SCHEMA_CANDIDATES = ("/usr/share/ovn/ovn-nb.ovsschema", "/usr/local/share/ovn/ovn-nb.ovsschema")
 PACKAGES = "ovn-central ovn-common (Debian/Ubuntu: apt-get install ovn-central ovn-common)"

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import tenacity
 
-from managers.sdk import BackendLocked, UnetError
+from unet.managers.sdk import BackendLocked, UnetError
 
 from .rpc import ConnectionLost, Rpc, Unreachable
 

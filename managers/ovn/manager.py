@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from managers.sdk import (
+from unet.managers.sdk import (
     Allocations,
     ApplyOutcome,
     BackendObject,

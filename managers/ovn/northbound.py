@@ -23,7 +23,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from managers.sdk import TAG_INSTALLATION, ApplyOutcome, Change, ProgressFactory, Step
+from unet.managers.sdk import TAG_INSTALLATION, ApplyOutcome, Change, ProgressFactory, Step
 
 from .codec import (
     LABEL_COLUMNS,

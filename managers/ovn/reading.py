@@ -3,7 +3,7 @@ the outside (`exposure`)."""
 
 from __future__ import annotations
 
-from managers.sdk import BackendObject, Exposure, Model
+from unet.managers.sdk import BackendObject, Exposure, Model
 
 from .acls import acl_exposure
 

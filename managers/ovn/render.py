@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import netaddr
 
-from managers.sdk import (
+from unet.managers.sdk import (
     TAG_ALLOCATION,
     UNKNOWN,
     Allocations,
@@ -32,7 +32,7 @@ from managers.sdk import (
     segment_of,
     vip_key,
 )
-from managers.sdk import (
+from unet.managers.sdk import (
     derived_mac as _derived_mac,
 )
 

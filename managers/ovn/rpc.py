@@ -31,7 +31,7 @@ from typing import Any
 from ovs import poller as ovs_poller
 from ovs import stream as ovs_stream
 
-from managers.sdk import WAIT_NOTICE
+from unet.managers.sdk import WAIT_NOTICE
 
 from .tls import NAME_MISMATCH, TlsClient, host_and_port, reason
 

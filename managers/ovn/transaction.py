@@ -30,7 +30,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from managers.sdk import TAG_HASH, TAG_INSTALLATION, TAG_KEY, TAG_OWNER, BackendObject, Change, Step
+from unet.managers.sdk import (
+    TAG_HASH,
+    TAG_INSTALLATION,
+    TAG_KEY,
+    TAG_OWNER,
+    BackendObject,
+    Change,
+    Step,
+)
 
 from .codec import encode
 from .fence import OvnError

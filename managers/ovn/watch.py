@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from managers.sdk import (
+from unet.managers.sdk import (
     TAG_ALLOCATION,
     TAG_INSTALLATION,
     TAG_KEY,

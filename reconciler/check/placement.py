@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..diagnostics import Diagnostic
-from ..load import REPO_CONFIG_FILE
 from ..schema import Manifest
+from ..sources import REPO_CONFIG_FILE
 from .context import Context
 
 

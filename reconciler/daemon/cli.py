@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EXIT_OK, UnetError
-from ..load import DEFAULT_MAX_FILE_BYTES
+from ..sources import DEFAULT_MAX_FILE_BYTES
 from .history import DEFAULT_STATE_DIR, HISTORY_FILE, read_history
 from .metrics import DEFAULT_METRICS_PORT, PORT_FILE
 

@@ -106,12 +106,16 @@ class Endpoints:
         self.wake.set()
 
 
+#: The folder this module is imported from (its package's parent, however deep).
+_IMPORT_ROOT = Path(__file__).parents[__name__.count(".")]
+
+
 def listen(metrics: Metrics, address: str, port: int, state_dir: Path,
            webhook_secret: bytes | None = None) -> Endpoints:
     """Serve on `port` (0: any free one, written to PORT_FILE in the state dir), and POST
     /hooks/git when a secret is given."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
+        [str(_IMPORT_ROOT), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, env=env)
     where = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"

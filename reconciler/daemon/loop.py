@@ -33,8 +33,8 @@ from ..contract import BackendLocked, FabricManager
 from ..diagnostics import Diagnostic
 from ..engine import Outcome, RunFailed, RunOptions
 from ..errors import EXIT_OK, UnetError
-from ..load import DEFAULT_MAX_FILE_BYTES
 from ..plan import Plan
+from ..sources import DEFAULT_MAX_FILE_BYTES
 from ..validate import ParsedFiles, Validation, parsed_files, revision_info
 from .election import ACTIVE, Election
 from .endpoints import listen

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from reconciler.objects import Held
+from unet.reconciler.objects import Held
 
 from ..contract import Manager, Watch
 from .history import now

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.processes import process_alive
+from unet.reconciler.processes import process_alive
 
 from .ovnlab import OvnLab
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reconciler.processes import process_alive
+from unet.reconciler.processes import process_alive
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
 SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"

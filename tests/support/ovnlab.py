@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from reconciler.processes import process_alive
+from unet.reconciler.processes import process_alive
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
 SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"

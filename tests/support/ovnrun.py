@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from reconciler.processes import process_alive
+from unet.reconciler.processes import process_alive
 
 from ..conftest import ROOT
 from .ovnlab import NB_SCHEMA, OvnLab
@@ -45,7 +45,7 @@ def unet_env() -> dict[str, str]:
 
 def unet(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run the unet command line; its output never holds a traceback."""
-    result = subprocess.run([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
+    result = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *args], cwd=cwd,
                             env=unet_env(), capture_output=True, text=True, timeout=timeout,
                             check=False)
     assert "Traceback" not in result.stderr + result.stdout, result.stderr
@@ -76,7 +76,7 @@ def spawn(cwd: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
     """unet in the background, its output in files (a full pipe would stall it)."""
     out, err = cwd / f"out.{time.monotonic_ns()}", cwd / f"err.{time.monotonic_ns()}"
     with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
+        proc = subprocess.Popen([sys.executable, "-m", "unet.reconciler.cli", *args], cwd=cwd,
                                 env=unet_env(), stdout=stdout, stderr=stderr)
     return proc, out, err
 
@@ -89,7 +89,7 @@ def spawn_at_prompt(cwd: Path, out: Path, *args: str) -> tuple[subprocess.Popen[
 
     controller, terminal = pty.openpty()
     with out.open("wb") as stdout:
-        proc = subprocess.Popen([sys.executable, "-m", "reconciler.cli", *args], cwd=cwd,
+        proc = subprocess.Popen([sys.executable, "-m", "unet.reconciler.cli", *args], cwd=cwd,
                                 env=unet_env(), stdin=terminal, stdout=stdout,
                                 stderr=subprocess.STDOUT)
     os.close(terminal)
@@ -205,8 +205,8 @@ def add_instance(repo: Path, name: str, subnet: str = "web", group: str = "web")
 
 def desired_keys(repo: Path) -> dict[str, set[str]]:
     """Per table, the keys of the OVN rows a repo needs (rendered without a backend)."""
-    from reconciler.desired import render_desired
-    from reconciler.validate import validate_repo
+    from unet.reconciler.desired import render_desired
+    from unet.reconciler.validate import validate_repo
 
     validation = validate_repo(repo)
     assert validation.ok, [d.to_json() for d in validation.diagnostics if d.is_error]

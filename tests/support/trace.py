@@ -387,7 +387,7 @@ def applied(root: Path, repo: Path) -> Iterator[Fabric]:
     """A lab whose Northbound holds the repo, applied by `unet apply`, plus upstream routers."""
     with OvnLab(root / "ovn") as lab:
         use_northbound(repo, lab.nb_remote)
-        run = subprocess.run([sys.executable, "-m", "reconciler.cli", "apply", str(repo),
+        run = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", "apply", str(repo),
                               "--manager", "ovn", "--auto-approve"],
                              capture_output=True, text=True, cwd=repo, timeout=120)
         assert run.returncode == 0, run.stdout + run.stderr

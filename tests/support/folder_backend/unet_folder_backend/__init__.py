@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from managers.sdk import (
+from unet.managers.sdk import (
     WAIT_NOTICE,
     Action,
     Allocations,
