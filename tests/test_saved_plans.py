@@ -125,10 +125,10 @@ def test_a_plan_edited_only_where_people_read_it_is_refused(lab: OvnLab, repo: P
                                                             tmp_path: Path) -> None:
     """What the prompt shows must be what is applied: counts, exposure and diagnostics too."""
     assert apply(tmp_path, repo).returncode == 0
-    edit_text(repo, "tenants/acme/security-groups.yaml", "cidr: 192.0.2.0/24", "cidr: 0.0.0.0/0")
+    _open_to_the_world(repo)
     saved = _saved(tmp_path, repo)
     document = json.loads(saved.read_text())
-    assert document["exposure"]["rules_opened"], "the change opens SSH to the world"
+    assert document["exposure"]["rules_opened"], "the change opens a port to the world"
     document["exposure"]["rules_opened"] = []
     document["counts"] = dict.fromkeys(document["counts"], 0)
     saved.write_text(document_text(document))
@@ -136,6 +136,14 @@ def test_a_plan_edited_only_where_people_read_it_is_refused(lab: OvnLab, repo: P
     code, output = _apply_saved(tmp_path, saved)
     assert code == 1 and "first difference: counts" in output
     assert dump(lab.nb_remote) == before
+
+
+def _open_to_the_world(repo: Path) -> None:
+    """The office's SSH rule becomes tcp/2222 from anywhere (world SSH itself the example's
+    guardrail refuses)."""
+    edit_text(repo, "tenants/acme/security-groups.yaml",
+              "portFrom: 22\n      portTo: 22\n      cidr: 192.0.2.0/24",
+              "portFrom: 2222\n      portTo: 2222\n      cidr: 0.0.0.0/0")
 
 
 def _odd(document: dict[str, Any], name: str) -> str:
@@ -164,8 +172,7 @@ def test_a_plan_with_its_digest_made_again_but_odd_content_is_a_clear_error(
     subprocess.run(["git", "-C", str(example_copy), "add", "-A"], check=True)
     subprocess.run(["git", "-C", str(example_copy), "-c", "user.name=t", "-c",
                     "user.email=t@example.com", "commit", "-qm", "base"], check=True)
-    edit_text(example_copy, "tenants/acme/security-groups.yaml", "cidr: 192.0.2.0/24",
-              "cidr: 0.0.0.0/0")
+    _open_to_the_world(example_copy)
     assert unet(tmp_path, "plan", str(example_copy), "--base", "HEAD", "-o", str(made)) \
         .returncode == 0
     saved = tmp_path / "odd.json"
