@@ -76,8 +76,9 @@ class OvnConfig(ManagerConfig):
             missing = [name for name, value in (("sslKey", self.ssl_key),
                                                 ("sslCert", self.ssl_cert),
                                                 ("sslCaCert", self.ssl_ca_cert)) if not value]
-            raise PydanticCustomError("tls", "an ssl: northbound or southbound needs {missing}",
-                                      {"missing": ", ".join(missing)})
+            which = "northbound" if "ssl:" in self.northbound else "southbound"
+            raise PydanticCustomError("tls", "an ssl: {which} needs {missing}",
+                                      {"which": which, "missing": ", ".join(missing)})
         if (info.context or {}).get("resolved"):
             from .tls import TlsConfigError
 
