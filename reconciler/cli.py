@@ -218,6 +218,11 @@ def _add_reach(commands: Commands) -> None:
     reach.add_argument("--port", metavar="PROTO/PORT",
                        help="tcp/443, udp/53, icmp or icmpv6 (default: tcp, any port)")
     reach.add_argument("--format", choices=FORMATS[:2], default="text")
+    reach.add_argument("--live", action="store_true",
+                       help="cross-check the answer with the live fabric (OVN: ovn-trace on "
+                            "the manager's southbound) and say where they disagree")
+    reach.add_argument("--detailed-exitcode", action="store_true",
+                       help="with --live, exit 2 when the live fabric disagrees")
     reach.set_defaults(func=_command("reach"))
 
 

@@ -363,28 +363,40 @@ def show_bindings(args: argparse.Namespace) -> int:
 
 
 def reach(args: argparse.Namespace) -> int:
-    """`unet reach`: exit 0 when answered, allowed or not."""
+    """`unet reach`: exit 0 when answered, allowed or not; with `--live` and
+    `--detailed-exitcode`, 2 when the live fabric disagrees with the model."""
     import json
 
     from .desired import render_desired
     from .reach import Reachability
-    from .reach_query import ask
+    from .reach_query import parse_port, probes
 
     head = _validated_head(args, args.path, args.rev)
     if head is None:
         return EXIT_ERROR
     desired = render_desired(head, {})
-    answer = ask(Reachability(desired.model, desired.allocations), args.source, args.target,
-                 args.port)
+    answer, checks = probes(Reachability(desired.model, desired.allocations), args.source,
+                            args.target, args.port)
+    live = None
+    if args.live:
+        from .reach_live import cross_check
+
+        assert head.context is not None
+        live = cross_check(Model(head.context), checks, args.path.resolve(),
+                           *parse_port(args.port))
     if args.format == "json":
-        sys.stdout.write(json.dumps(answer.to_json(), indent=2, ensure_ascii=False) + "\n")
-        return EXIT_OK
-    verdict = "allowed" if answer.allowed else "not allowed"
-    port = f" ({args.port})" if args.port else ""
-    print(f"{args.source} → {args.target}{port}: {verdict}")
-    for why in answer.because:
-        print(f"  {why}")
-    return EXIT_OK
+        document = answer.to_json() | ({"live": live.to_json()} if live else {})
+        sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    else:
+        verdict = "allowed" if answer.allowed else "not allowed"
+        port = f" ({args.port})" if args.port else ""
+        print(f"{args.source} → {args.target}{port}: {verdict}")
+        for why in answer.because:
+            print(f"  {why}")
+        for line in live.lines() if live else ():
+            print(line)
+    disagrees = live is not None and live.agrees is False
+    return EXIT_CHANGES if disagrees and args.detailed_exitcode else EXIT_OK
 
 
 # --- commands of plugins -------------------------------------------------------------------

@@ -233,11 +233,50 @@ class Manager:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class Probe:
+    """The first packet of a new connection, as `unet reach --live` asks a fabric about it.
+
+    `source` is the sending NIC's backend key (`port_key`), or None for a sender outside
+    every network, which enters the fabric in `region`; `sender` is the address it is sent
+    from. `destination` is the address it is sent to (a NIC's own, a public address, or one
+    outside); `target` is the NIC key the model expects it to reach, None for outside.
+    `protocol` is tcp, udp, icmp or icmpv6; `port` the tcp/udp destination port."""
+
+    source: str | None
+    sender: str
+    destination: str
+    target: str | None
+    family: int
+    protocol: str
+    port: int | None
+    region: str | None = None
+
+
+@dataclass(frozen=True)
+class Traced:
+    """What the live backend does with a probe: `delivered` True when it reaches `to` (a
+    NIC key, or `outside`), False when it is dropped or goes elsewhere, None when the
+    backend cannot tell (say why in `detail`). `detail` holds the backend's own words:
+    the stage and rule that decided, where it went."""
+
+    delivered: bool | None
+    to: str | None = None
+    detail: tuple[str, ...] = ()
+
+
 class FabricManager(Manager):
     """A fabric: virtual networks, subnets, security groups, external IPs and NAT, and the
     ports of workloads on it (OVN). It allocates and records what the repo needs."""
 
     role: ClassVar[Literal["fabric", "k8s"]] = "fabric"
+
+    def trace(self, workdir: Path, probe: Probe) -> Traced | None:
+        """Optional: what the live backend does with the first packet of `probe`, for
+        `unet reach --live` (`workdir` as for `connect`). None: this fabric cannot trace
+        packets at all; a Traced with `delivered` None: it cannot tell for this probe.
+        Problems reaching the backend are a `UnetError` naming the manager."""
+        return None
 
 
 class ClusterManager(Manager):

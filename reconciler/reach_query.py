@@ -17,7 +17,9 @@ from typing import Any
 
 import netaddr
 
+from .allocate import port_key
 from .check.netutil import network
+from .contract import Probe
 from .errors import UnetError
 from .models import Family
 from .reach import INTERNET, Cause, Nic, Public, Reachability, Traffic
@@ -35,6 +37,23 @@ class End:
     @property
     def outside(self) -> bool:
         return not self.nics
+
+
+#: Where a probe from "the internet" is sent from: benchmarking space (RFC 2544, RFC 5180),
+#: outside every network.
+OUTSIDE = {4: "198.18.0.1", 6: "2001:2::1"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One path the model's answer rests on, as a probe a fabric can trace: the model's
+    verdict for it (`allowed`, `why`), and the network (tenant, VirtualNetwork) whose
+    fabric the probe enters."""
+
+    probe: Probe
+    allowed: bool
+    why: str
+    network: tuple[str, str]
 
 
 @dataclass
@@ -107,6 +126,8 @@ class Question:
                  port: int | None) -> None:
         self.reach, self.source, self.target = reach, source, target
         self.protocol, self.port = protocol, port
+        #: Filled by `answer()`: the paths it judged that a fabric can trace.
+        self.checks: list[Check] = []
 
     def answer(self) -> Answer:
         if self.source.outside and self.target.outside:
@@ -137,7 +158,9 @@ class Question:
                         f" of {self.source.text}'s family")
                      + ": nothing outside its network reaches it (an ExternalIPAttachment "
                        "to its workload would)")]
-        return [self._through(nic, public) for public in publics]
+        return [self._checked(self._through(nic, public), nic, nic, public.address,
+                              public.family, self._outside(public.family, self.source.space))
+                for public in publics]
 
     def _through(self, nic: Nic, public: Public, sender: str | None = None
                  ) -> tuple[bool, str]:
@@ -173,8 +196,10 @@ class Question:
                 continue
             causes = self._admitted(nic, "egress", family, space, None, None)
             if not causes:
-                out.append((False, f"{nic.name}: no egress rule of {_groups(nic)} admits "
-                                   f"{self._what(True)} to {self.target.text}"))
+                out.append(self._checked(
+                    (False, f"{nic.name}: no egress rule of {_groups(nic)} admits "
+                            f"{self._what(True)} to {self.target.text}"),
+                    nic, None, self._outside(family, space), family))
                 continue
             if space is not None and self._stays_inside(nic, family, space):
                 out.append((True, f"{nic.name} → {self.target.text} stays inside its network "
@@ -183,10 +208,13 @@ class Question:
                 continue
             exit_ = self._exit(nic, family)
             if exit_ is None:
-                out.append((False, self._no_exit(nic, family)))
+                out.append(self._checked((False, self._no_exit(nic, family)), nic, None,
+                                         self._outside(family, space), family))
                 continue
-            out.append((True, f"{nic.name} → {self.target.text} leaves through NATGateway "
-                              f"{exit_}: " + "; ".join(map(str, causes))))
+            out.append(self._checked(
+                (True, f"{nic.name} → {self.target.text} leaves through NATGateway "
+                       f"{exit_}: " + "; ".join(map(str, causes))),
+                nic, None, self._outside(family, space), family))
         return out or [(False, f"{nic.name} has no address of {self.target.text}'s family")]
 
     def _stays_inside(self, nic: Nic, family: int, space: netaddr.IPNetwork) -> bool:
@@ -223,12 +251,14 @@ class Question:
         out = []
         for family in sorted(set(source.addresses) & set(target.addresses)):
             if self.reach.path(source, target, family):
-                out.append(self._direct(source, target, family))
+                out.append(self._checked(self._direct(source, target, family), source,
+                                         target, target.addresses[family], family))
         if out:
             return out
         for public in target.public:
             if public.family in source.addresses:
-                out.append(self._hairpin(source, target, public))
+                out.append(self._checked(self._hairpin(source, target, public), source,
+                                         target, public.address, public.family))
         return out or [(False, f"{source.name} and {target.name} are on no common path "
                                "(other networks, isolated segments or families) and "
                                f"{target.name} has no public address")]
@@ -261,6 +291,38 @@ class Question:
         sender = self.reach.external_address(source.tenant, gateway.obj.spec.external_ip)
         ok, why = self._through(target, public, sender=sender)
         return ok, f"leaving through NATGateway {exit_}, {why}"
+
+    # -- probes -------------------------------------------------------------------------------
+    def _checked(self, found: tuple[bool, str], nic: Nic, target: Nic | None,
+                 destination: str | None, family: int, sender: str | None = None
+                 ) -> tuple[bool, str]:
+        """`found`, after recording it as a check when it can be traced: every address is
+        known, and a tcp or udp question names its port (a probe is one packet). A
+        `sender` is an address outside every network, entering `nic`'s; without one, the
+        probe is sent by `nic`."""
+        outside = sender is not None
+        sender = sender if outside else nic.addresses.get(family)
+        if destination is None or sender is None or (
+                self.protocol in ("tcp", "udp") and self.port is None):
+            return found
+        probe = Probe(None if outside else port_key(nic.workload, nic.index), sender,
+                      destination, None if target is None else
+                      port_key(target.workload, target.index), family, self.protocol,
+                      self.port, self._region(nic) if outside else None)
+        self.checks.append(Check(probe, found[0], found[1], (nic.tenant, nic.vn)))
+        return found
+
+    def _region(self, nic: Nic) -> str | None:
+        klass = self.reach.model.class_of(nic.tenant, nic.vn)
+        return None if klass is None else str(klass.obj.spec.region)
+
+    @staticmethod
+    def _outside(family: int, space: netaddr.IPNetwork | None) -> str:
+        """The address a probe to or from `space` (None: the internet) uses: its own when
+        it is one address, else its first host."""
+        if space is None or space.version != family:
+            return OUTSIDE[family]
+        return str(space.ip if space.size == 1 else space[1 if space.size > 2 else 0])
 
     # -- rules --------------------------------------------------------------------------------
     def _admitted(self, nic: Nic, direction: str, family: int,
@@ -305,7 +367,15 @@ def _groups(nic: Nic) -> str:
 
 
 def ask(reach: Reachability, source: str, target: str, port: str | None) -> Answer:
+    return probes(reach, source, target, port)[0]
+
+
+def probes(reach: Reachability, source: str, target: str, port: str | None
+           ) -> tuple[Answer, list[Check]]:
+    """The answer, and the paths it rests on as probes a fabric can trace (one per NIC pair
+    and family, per public address, per way out), each with the model's own verdict."""
     protocol, number = parse_port(port)
-    return Question(reach, resolve(reach, source), resolve(reach, target), protocol,
-                    number).answer()
+    question = Question(reach, resolve(reach, source), resolve(reach, target), protocol,
+                        number)
+    return question.answer(), question.checks
 

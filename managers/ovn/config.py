@@ -27,6 +27,12 @@ class OvnConfig(ManagerConfig):
         "embedded", pattern=rf"^(embedded|\$\{{[A-Za-z_][A-Za-z0-9_]*\}}|{_REMOTE}(,{_REMOTE})*)$",
         description="OVSDB connection (tcp:HOST:PORT, ssl:HOST:PORT, unix:PATH, several "
                     "separated by ',' for a cluster) or 'embedded'")
+    southbound: str | None = Field(
+        None, pattern=rf"^(\$\{{[A-Za-z_][A-Za-z0-9_]*\}}|{_REMOTE}(,{_REMOTE})*)$",
+        description="The OVN Southbound database, written as northbound is (ssl: uses the "
+                    "same sslKey, sslCert and sslCaCert), for `unet reach --live`, which "
+                    "traces packets there with ovn-trace; absent: reach answers from the "
+                    "model alone")
     external_network: _Name = "physnet-external"
     gateway_chassis: list[_Name] = Field(default_factory=lambda: ["gw-1"], min_length=1)
     ssl_key: str | None = Field(None, description="Private key file (PEM) for ssl: remotes")
@@ -40,10 +46,10 @@ class OvnConfig(ManagerConfig):
                     "hold; default: the host of each ssl: remote")
 
     # `unet validate`: an ssl: remote needs the three files (their paths may be ${ENV}).
-    model_config = ConfigDict(json_schema_extra={
-        "if": {"properties": {"northbound": {"pattern": "(^|,)ssl:"}},
-               "required": ["northbound"]},
-        "then": {"required": ["sslKey", "sslCert", "sslCaCert"]}})
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        {"if": {"properties": {field: {"pattern": "(^|,)ssl:"}}, "required": [field]},
+         "then": {"required": ["sslKey", "sslCert", "sslCaCert"]}}
+        for field in ("northbound", "southbound")]})
 
     @field_validator("server_name")
     @classmethod
@@ -62,15 +68,17 @@ class OvnConfig(ManagerConfig):
         """An ssl: remote needs the three files; once the config is resolved for a run
         (`context={"resolved": True}`), they must be usable: each file missing, unreadable
         or wrong is named now, before anything connects."""
-        if not any(m.strip().startswith("ssl:") for m in self.northbound.split(",")):
+        remotes = f"{self.northbound},{self.southbound or ''}".split(",")
+        if not any(m.strip().startswith("ssl:") for m in remotes):
             return self
         files = self.tls_files()
         if files is None:
             missing = [name for name, value in (("sslKey", self.ssl_key),
                                                 ("sslCert", self.ssl_cert),
                                                 ("sslCaCert", self.ssl_ca_cert)) if not value]
-            raise PydanticCustomError("tls", "an ssl: northbound needs {missing}",
-                                      {"missing": ", ".join(missing)})
+            which = "northbound" if "ssl:" in self.northbound else "southbound"
+            raise PydanticCustomError("tls", "an ssl: {which} needs {missing}",
+                                      {"which": which, "missing": ", ".join(missing)})
         if (info.context or {}).get("resolved"):
             from .tls import TlsConfigError
 

@@ -17,9 +17,11 @@ from unet.managers.sdk import (
     FabricManager,
     Model,
     Observation,
+    Probe,
     ProgressFactory,
     Session,
     Step,
+    Traced,
 )
 
 from .config import OvnConfig
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from .northbound import Northbound
     from .rpc import Timeouts
     from .tls import TlsClient
+    from .trace import Southbound
     from .watch import OvnWatch
 
 
@@ -68,6 +71,35 @@ class OvnManager(FabricManager):
             nb = Northbound(remote, self._timeouts(), tls=self._tls(remote))
             stack.callback(nb.close)
             yield OvnSession(nb, self.manager, self.installation)
+
+    def trace(self, workdir: Path, probe: Probe) -> Traced | None:
+        """ovn-trace on the configured `southbound` (trace.py); without one, "cannot tell",
+        saying so. The Southbound's ports are read once per manager and run."""
+        from .trace import trace
+
+        southbound = self._southbound()
+        if southbound is None:
+            return Traced(None, None, (f"no southbound configured for NetworkManager "
+                                       f"{self.manager}: answered from the model alone",))
+        return trace(southbound, probe)
+
+    def _southbound(self) -> Southbound | None:
+        from .trace import Southbound, TraceError
+
+        remote = self.config.southbound
+        if remote is None:
+            return None
+        cached: Southbound | None = getattr(self, "_sb", None)
+        if cached is None:
+            files = self.config.tls_files()
+            tls = () if files is None or "ssl:" not in remote else \
+                ("-p", files.key, "-c", files.cert, "-C", files.ca_cert)
+            try:
+                cached = Southbound(remote, tls)
+            except TraceError as exc:
+                raise TraceError(f"NetworkManager {self.manager}: {exc}") from exc
+            self._sb = cached
+        return cached
 
     def _tls(self, remote: str) -> TlsClient | None:
         """This manager's own TLS for its ssl: servers (tls.py: the OVS library's SSL
