@@ -38,7 +38,7 @@ from .plan import (
     resource_action,
 )
 from .reach import Reachability
-from .reach_diff import reach_diff
+from .reach_diff import live_reach, reach_diff
 from .schema import Manifest
 from .validate import Validation
 
@@ -178,12 +178,14 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     exposure = exposure_of(changes, describe, describe)
     exposure["drift_opened"] = _drift_exposure([c for c in changes if c.uid in drift],
                                                describe)
+    reach = live_reach(exposure, Reachability(desired.model, desired.allocations)) \
+        if any(exposure[k] for k in ("rules_opened", "rules_closed", "drift_opened")) else []
     return Plan("live", desired.model.installation, inputs, observed, resources, changes,
                 order(changes), diagnostics, exposure, drift,
                 {name: desired.digest(name) for name in managers},
                 {m.name: {"plugin": m.obj.spec.plugin, "config": m.obj.spec.config}
                  for m in desired.model.kind("NetworkManager") if m.name in managers},
-                describe)
+                describe, reachability=reach)
 
 
 def invalid_plan(head: Validation, mode: str, inputs: dict[str, Any]) -> Plan:

@@ -95,3 +95,42 @@ def _entry(nic: Nic, opening: Opening, change: str, cause: str,
         "members": list(members or opening.members),
         "because": [str(c) for c in opening.because],
     }
+
+
+#: Exposure entries of a live plan, as what they do to the NICs behind them.
+_LIVE = (("rules_opened", "gained", "the apply writes the rule"),
+         ("rules_closed", "lost", "the apply removes the rule"),
+         ("drift_opened", "lost", "drift: opened outside unet; the apply closes it"))
+
+
+def live_reach(exposure: dict[str, list[dict[str, str]]], reach: Reachability
+               ) -> list[dict[str, Any]]:
+    """A live plan's reachability: the revision the backends last applied is not known, so
+    it is what the plan's rows open, close, and repair of drift, per NIC of the group each
+    rule belongs to (the managers' words for the rule; rules from outside the network only,
+    as the exposure summary has them)."""
+    entries = []
+    for key, change, cause in _LIVE:
+        for entry in exposure.get(key, ()):
+            for nic in _nics_of(entry["owner"], reach):
+                entries.append({
+                    "nic": nic.name, "workload": nic.workload.ref, "change": change,
+                    "internet": bool(nic.public), "opening": entry["rule"], "source": "",
+                    "traffic": "", "family": "", "via": None, "cause": cause,
+                    "members": [], "because": [entry["owner"]]})
+    return sorted(entries, key=lambda e: (not e["internet"], e["change"] != "gained",
+                                         e["nic"], e["opening"]))
+
+
+def _nics_of(owner: str, reach: Reachability) -> list[Nic]:
+    """The NICs a security group's rules (or a network's implicit default group's) filter."""
+    kind, _, rest = owner.partition("/")
+    tenant, _, name = rest.partition("/")
+    if kind == "SecurityGroup":
+        group = reach.model.get(kind, tenant, name)
+        vn = group.obj.spec.virtual_network if group is not None else ""
+    elif kind == "VirtualNetwork":
+        vn, name = name, "default"
+    else:
+        return []
+    return list(reach.members.get((tenant, vn, name), ()))

@@ -271,15 +271,29 @@ def test_drift_that_opens_access_is_in_the_exposure_summary(lab: OvnLab, repo: P
          "owner": "SecurityGroup/acme/web"},
         {"rule": "tcp port 23 from 0.0.0.0/0 (anywhere) to acme/prod/web",
          "owner": "SecurityGroup/acme/web"}]
+    # Per workload NIC: what the apply takes back from each member of the group.
+    drifted = {(e["nic"], e["opening"], e["internet"]) for e in document["reachability"]
+               if e["cause"].startswith("drift")}
+    assert {("acme/web-1/0", "tcp port 22 from 0.0.0.0/0 (anywhere) to acme/prod/web", True),
+            ("acme/web-2/0", "tcp port 23 from 0.0.0.0/0 (anywhere) to acme/prod/web", False)
+            } <= drifted
+    assert {e["change"] for e in document["reachability"] if e["cause"].startswith("drift")
+            } == {"lost"}
+    restored = {(e["nic"], e["opening"]) for e in document["reachability"]
+                if e["change"] == "gained"}
+    assert ("acme/web-1/0", "tcp port 22 from 192.0.2.0/24 to acme/prod/web") in restored
     text = plan(tmp_path, repo).stdout
     assert "! drift opens tcp port 22 from 0.0.0.0/0 (anywhere) to acme/prod/web — repair " \
            "closes it" in text
+    assert "- acme/web-1/0 can no longer be reached with tcp port 22 from 0.0.0.0/0 " \
+           "(anywhere) to acme/prod/web — drift: opened outside unet; the apply closes it" \
+           in text
     markdown = plan(tmp_path, repo, "--format", "markdown").stdout
     assert "drift opens tcp port 23 from 0.0.0.0/0 (anywhere) to acme/prod/web" in markdown
     # Repaired, the summary has nothing more to say.
     assert apply(tmp_path, repo).returncode == 0
-    assert json.loads(plan(tmp_path, repo, "--format", "json").stdout)["exposure"][
-        "drift_opened"] == []
+    repaired = json.loads(plan(tmp_path, repo, "--format", "json").stdout)
+    assert repaired["exposure"]["drift_opened"] == [] and repaired["reachability"] == []
 
 
 def test_adding_a_pool_to_a_region_replaces_nothing(lab: OvnLab, repo: Path,
