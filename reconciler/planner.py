@@ -178,8 +178,11 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     exposure = exposure_of(changes, describe, describe)
     exposure["drift_opened"] = _drift_exposure([c for c in changes if c.uid in drift],
                                                describe)
-    reach = live_reach(exposure, Reachability(desired.model, desired.allocations)) \
-        if any(exposure[k] for k in ("rules_opened", "rules_closed", "drift_opened")) else []
+    rule_owners = {e["owner"] for k in ("rules_opened", "rules_closed", "drift_opened")
+                   for e in exposure[k]}
+    reach = live_reach(exposure, Reachability(
+        desired.model, desired.allocations, frozenset(o.split("/")[1] for o in rule_owners))) \
+        if rule_owners else []
     return Plan("live", desired.model.installation, inputs, observed, resources, changes,
                 order(changes), diagnostics, exposure, drift,
                 {name: desired.digest(name) for name in managers},
