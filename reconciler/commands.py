@@ -15,7 +15,6 @@ from .command import Command
 from .contract import ProgressFactory
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
 from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
-from .guardrails import against_base
 from .model import Model
 from .plan import Plan
 from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
@@ -32,7 +31,14 @@ from .report import (
     summarize,
     use_colour,
 )
-from .validate import ParsedFiles, Validation, parsed_files, revision_info, validate_repo
+from .validate import (
+    ParsedFiles,
+    Validation,
+    against_base,
+    parsed_files,
+    revision_info,
+    validate_repo,
+)
 
 
 def _print_invalid(head: Validation, args: argparse.Namespace, path: Path, rev: str | None,

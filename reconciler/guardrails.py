@@ -28,8 +28,8 @@ Nothing here runs unless the revision declares a Guardrail and passed every othe
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import netaddr
 
@@ -40,9 +40,6 @@ from .diagnostics import Diagnostic, json_pointer
 from .model import Model
 from .reach import Cause, Nic, Opening, Reachability, Traffic
 from .schema import Manifest
-
-if TYPE_CHECKING:
-    from .validate import Validation
 
 #: NICs named in one diagnostic; the rest are counted.
 SHOWN = 5
@@ -78,16 +75,6 @@ def violates(guardrail: Manifest, nic: Nic, opening: Opening) -> bool:
             and _admits(opening.traffic, spec.match.protocol, spec.match.ports)
             and _protected(spec.protects, nic)
             and not any(_exempts(exemption, nic) for exemption in spec.exemptions))
-
-
-def against_base(head: Validation, base: Validation) -> Validation:
-    """`head` with its guardrail diagnostics said at what `base` lacks (a pull request's
-    plan): the rule added, the group joined, the external IP attached."""
-    if not head.violations or not base.ok:
-        return head
-    kept = [d for d in head.diagnostics if d.code not in CODES]
-    return replace(head, diagnostics=kept + diagnostics(head.violations, head.by_ref(),
-                                                        base.by_ref()))
 
 
 def diagnostics(violations: list[Violation], head: Mapping[str, Manifest],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -156,6 +156,18 @@ def _guarded(validation: Validation) -> Validation:
     validation.violations = evaluate(ctx)
     validation.diagnostics += diagnostics(validation.violations, validation.by_ref())
     return validation
+
+
+def against_base(head: Validation, base: Validation) -> Validation:
+    """`head` with its guardrail diagnostics said at what `base` lacks (a pull request's
+    plan): the rule added, the group joined, the external IP attached."""
+    if not head.violations or not base.ok:
+        return head
+    from .guardrails import CODES, diagnostics
+
+    kept = [d for d in head.diagnostics if d.code not in CODES]
+    return replace(head, diagnostics=kept + diagnostics(head.violations, head.by_ref(),
+                                                        base.by_ref()))
 
 
 def _unreadable(documents: list[Document],

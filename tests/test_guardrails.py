@@ -20,7 +20,7 @@ import pytest
 from unet.reconciler import guardrails
 from unet.reconciler.cli import main
 from unet.reconciler.diagnostics import Diagnostic
-from unet.reconciler.validate import Validation, validate_repo
+from unet.reconciler.validate import Validation, against_base, validate_repo
 
 from .conftest import EXAMPLE, ROOT, copy_checkout
 
@@ -156,7 +156,7 @@ def test_attaching_a_public_address_points_at_the_attachment(repo: Path) -> None
     base = validate_repo(repo)
     (repo / "tenants/acme/external.yaml").write_text(base_text + "---\n" + attachment)
     head = validate_repo(repo)
-    [denied] = found(guardrails.against_base(head, base))
+    [denied] = found(against_base(head, base))
     assert (denied.file, denied.path) == ("tenants/acme/external.yaml", "/spec/target")
 
 
