@@ -393,8 +393,9 @@ def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> i
             metrics.observe(run)
             endpoints.publish(metrics)
         log_line(run)
-        plan = reconciler.last_plan
-        if plan is not None and reconciler.last_plan_has_changes:
+        if reconciler.last_plan_has_changes:  # the plan's JSON only then: seconds to build
+            plan = reconciler.last_plan
+            assert plan is not None
             sys.stdout.write(render_text(plan, use_colour(sys.stdout)) + "\n")
         print(headline(run))
         if os.environ.get("GITHUB_STEP_SUMMARY"):
