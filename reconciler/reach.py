@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import netaddr
@@ -165,8 +166,12 @@ class Reachability:
         self.nics: dict[str, Nic] = {n.name: n for n in self._nics()}
         self._attach_public()
         self.members = self._members()
-        self.openings: list[Opening] = [o for nic in self.nics.values()
-                                        for o in self._openings(nic)]
+
+    @cached_property
+    def openings(self) -> list[Opening]:
+        """Every way in to every NIC (built when first asked: a live plan needs the NICs
+        and their groups only)."""
+        return [o for nic in self.nics.values() for o in self._openings(nic)]
 
     # -- NICs -----------------------------------------------------------------------------------
     def _value(self, key: str) -> str | None:
