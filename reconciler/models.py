@@ -9,11 +9,13 @@ declared `editor_only` as well: editors flag them from the combined schema.
 
 from __future__ import annotations
 
-from enum import IntEnum, StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from .families import Capability as Capability
+from .families import Family as Family
 
 API_VERSION = "network.osac.io/v1alpha1"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -22,70 +24,6 @@ PREVENT_DESTROY_ANNOTATION = "network.osac.io/prevent-destroy"
 Name = Annotated[str, Field(pattern=DNS_LABEL, min_length=1, max_length=63)]
 Address = Annotated[str, Field(description="An IPv4 or IPv6 address")]
 Cidr = Annotated[str, Field(description="A CIDR in canonical form, e.g. 10.0.1.0/24")]
-
-
-class Capability(StrEnum):
-    IPV4 = "IPv4"
-    IPV6 = "IPv6"
-    SECURITY_GROUPS = "SecurityGroups"
-    EXTERNAL_IPS = "ExternalIPs"
-    NAT_GATEWAYS = "NATGateways"
-    COMPUTE_INSTANCES = "ComputeInstances"
-    BAREMETAL_INSTANCES = "BaremetalInstances"
-    CLUSTERS = "Clusters"
-    DHCP = "DHCP"
-
-
-ADDRESS_FAMILIES = frozenset({Capability.IPV4, Capability.IPV6})
-
-
-class Family(IntEnum):
-    """An address family, and how manifests and messages spell what belongs to it: the one
-    place that knows `ipv4Cidr`, `ipv4_cidr`, `IPv4` and `4` name one thing. A member equals
-    its version, so maps keyed by 4 and 6 take it as a key."""
-
-    V4 = 4
-    V6 = 6
-
-    @property
-    def label(self) -> str:
-        """As people write it: `IPv4`."""
-        return f"IPv{self.value}"
-
-    @property
-    def capability(self) -> Capability:
-        return Capability(self.label)
-
-    @property
-    def cidr_field(self) -> str:
-        """The CIDR's field in manifests (`ipv4Cidr`); `cidr_attr` in the models."""
-        return f"ipv{self.value}Cidr"
-
-    @property
-    def cidr_attr(self) -> str:
-        return f"ipv{self.value}_cidr"
-
-    @property
-    def gateway_field(self) -> str:
-        """A subnet's gateway field (`gateway` for IPv4, `ipv6Gateway`)."""
-        return "gateway" if self is Family.V4 else "ipv6Gateway"
-
-    @property
-    def gateway_attr(self) -> str:
-        return "gateway" if self is Family.V4 else "ipv6_gateway"
-
-    @property
-    def address_field(self) -> str:
-        """An attachment's fixed address field (`ipAddress` for IPv4, `ipv6Address`)."""
-        return "ipAddress" if self is Family.V4 else "ipv6Address"
-
-    @property
-    def address_attr(self) -> str:
-        return "ip_address" if self is Family.V4 else "ipv6_address"
-
-    def cidr_of(self, spec: Any) -> str | None:
-        """A network's or subnet's CIDR of this family, as the manifest gives it."""
-        return getattr(spec, self.cidr_attr, None)
 
 
 #: Key of JSON Schema keywords for editors only. `unet schema` merges them into the

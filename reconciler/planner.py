@@ -178,17 +178,24 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     exposure = exposure_of(changes, describe, describe)
     exposure["drift_opened"] = _drift_exposure([c for c in changes if c.uid in drift],
                                                describe)
-    rule_owners = {e["owner"] for k in ("rules_opened", "rules_closed", "drift_opened")
-                   for e in exposure[k]}
-    reach = live_reach(exposure, Reachability(
-        desired.model, desired.allocations, frozenset(o.split("/")[1] for o in rule_owners))) \
-        if rule_owners else []
     return Plan("live", desired.model.installation, inputs, observed, resources, changes,
                 order(changes), diagnostics, exposure, drift,
                 {name: desired.digest(name) for name in managers},
                 {m.name: {"plugin": m.obj.spec.plugin, "config": m.obj.spec.config}
                  for m in desired.model.kind("NetworkManager") if m.name in managers},
-                describe, reachability=reach)
+                describe, reachability=_live_reachability(exposure, desired))
+
+
+def _live_reachability(exposure: dict[str, list[dict[str, str]]], desired: Desired
+                       ) -> list[dict[str, Any]]:
+    """A live plan's reachability (reach_diff.live_reach), from the NICs of the tenants
+    whose rules it writes, removes or takes back from drift only."""
+    owners = {e["owner"] for k in ("rules_opened", "rules_closed", "drift_opened")
+              for e in exposure[k]}
+    if not owners:
+        return []
+    tenants = frozenset(owner.split("/")[1] for owner in owners)
+    return live_reach(exposure, Reachability(desired.model, desired.allocations, tenants))
 
 
 def invalid_plan(head: Validation, mode: str, inputs: dict[str, Any]) -> Plan:

@@ -9,7 +9,7 @@ import jsonschema
 from pydantic.alias_generators import to_camel
 
 from ..contract import ClusterManager
-from ..models import ADDRESS_FAMILIES, Capability
+from ..families import ADDRESS_FAMILIES, Capability
 from ..plugins import ConfigError, broken_plugins, instantiate
 from ..schema import Manifest
 from .context import Context
