@@ -190,11 +190,11 @@ def _live_reachability(exposure: dict[str, list[dict[str, str]]], desired: Desir
                        ) -> list[dict[str, Any]]:
     """A live plan's reachability (reach_diff.live_reach), from the NICs of the tenants
     whose rules it writes, removes or takes back from drift only."""
-    owners = {e["owner"] for k in ("rules_opened", "rules_closed", "drift_opened")
-              for e in exposure[k]}
-    if not owners:
+    owners = [e["owner"].split("/") for k in ("rules_opened", "rules_closed", "drift_opened")
+              for e in exposure[k]]
+    tenants = frozenset(parts[1] for parts in owners if len(parts) == 3)  # rows' tags vary
+    if not tenants:
         return []
-    tenants = frozenset(owner.split("/")[1] for owner in owners)
     return live_reach(exposure, Reachability(desired.model, desired.allocations, tenants))
 
 

@@ -266,3 +266,18 @@ def test_github_output_warns_of_what_opens_to_the_internet(
     assert len(warnings) == 4
     assert any("acme/db-1/0 can now be reached with tcp/443 from internet via 203.0.113."
                in w and "group web joined" in w for w in warnings)
+
+
+def test_a_rows_odd_owner_tag_does_not_stop_a_live_plan(example: Validation) -> None:
+    """Drift is read from rows as they are: a hand-edited `unet:owner` may name no tenant."""
+    from unet.reconciler.desired import render_desired
+    from unet.reconciler.planner import _live_reachability
+
+    exposure: dict[str, list[dict[str, str]]] = {
+        "rules_opened": [], "rules_closed": [],
+        "drift_opened": [{"rule": "tcp port 22 from 0.0.0.0/0 (anywhere) to x", "owner": "x"},
+                         {"rule": "tcp port 23 from 0.0.0.0/0 (anywhere) to acme/prod/web",
+                          "owner": "SecurityGroup/acme/web"}]}
+    entries = _live_reachability(exposure, render_desired(example, {}))
+    assert {e["nic"] for e in entries} >= {"acme/web-1/0", "acme/web-2/0"}
+    assert all("port 23" in e["opening"] for e in entries)
