@@ -121,6 +121,8 @@ def exposure_lines(doc: dict[str, Any]) -> list[str]:
 
 #: Reachability entries a plan shows; the rest are counted per tenant (all are in the JSON).
 REACH_SHOWN = 50
+#: Tenants the rest is counted for by name (most entries first); the others as a number.
+REACH_TENANTS_NAMED = 10
 
 
 def reachability_lines(doc: dict[str, Any], limit: int = REACH_SHOWN) -> list[str]:
@@ -133,9 +135,12 @@ def reachability_lines(doc: dict[str, Any], limit: int = REACH_SHOWN) -> list[st
         for entry in rest:
             tenant = entry["nic"].split("/", 1)[0]
             tenants[tenant] = tenants.get(tenant, 0) + 1
-        lines.append(f"  … and {len(rest)} more: " + ", ".join(
-            f"{tenant} {count}" for tenant, count in sorted(tenants.items()))
-            + " (every entry is in the JSON plan)")
+        most = sorted(tenants.items(), key=lambda item: (-item[1], item[0]))
+        named = ", ".join(f"{tenant} {count}" for tenant, count in most[:REACH_TENANTS_NAMED])
+        others = len(most) - REACH_TENANTS_NAMED
+        if others > 0:
+            named += f", and {others} other tenant{'s' if others > 1 else ''}"
+        lines.append(f"  … and {len(rest)} more: {named} (every entry is in the JSON plan)")
     return lines
 
 

@@ -281,3 +281,17 @@ def test_a_rows_odd_owner_tag_does_not_stop_a_live_plan(example: Validation) -> 
     entries = _live_reachability(exposure, render_desired(example, {}))
     assert {e["nic"] for e in entries} >= {"acme/web-1/0", "acme/web-2/0"}
     assert all("port 23" in e["opening"] for e in entries)
+
+
+def test_the_rest_names_the_tenants_with_most_entries_and_counts_the_others() -> None:
+    """An initial apply of 1,000 tenants opens tens of thousands of paths: the line that
+    counts the rest stays one short line, not a thousand names."""
+    from unet.reconciler.plan_render import reachability_lines
+
+    entries = [{"nic": f"t{t:04d}/vm-{i}/0", "change": "gained", "internet": False,
+                "opening": "tcp/22 from network prod", "members": [], "cause": "rule added"}
+               for t in range(1, 1001) for i in range(1 + (t == 7))]
+    last = reachability_lines({"reachability": entries}, limit=1)[-1]
+    assert last == ("  … and 1000 more: t0007 2, t0002 1, t0003 1, t0004 1, t0005 1, t0006 1, "
+                    "t0008 1, t0009 1, t0010 1, t0011 1, and 989 other tenants "
+                    "(every entry is in the JSON plan)")
