@@ -87,14 +87,15 @@ class Fence:
             self._rpc = None
 
     # -- reading ----------------------------------------------------------------------------
-    def read(self, operations: list[dict[str, Any]]) -> list[Any]:
-        """The rows of each select. While this run holds the lock, a lost connection is made
-        again, to the leader, and the read done again once the lock is back and nobody else
-        has written meanwhile (`regain`)."""
+    def read(self, operations: list[dict[str, Any]],
+             rows: Callable[[dict[str, Any]], Any] | None = None) -> list[Any]:
+        """The rows of each select (`rows`: see Rpc.transact). While this run holds the
+        lock, a lost connection is made again, to the leader, and the read done again once
+        the lock is back and nobody else has written meanwhile (`regain`)."""
         deadline = time.monotonic() + self.lock_timeout
         while True:
             try:
-                return self._read(operations)
+                return self._read(operations, rows)
             except OvnError as exc:
                 if not isinstance(exc.__cause__, ConnectionLost) or not self.held \
                         or self.generation is None or self.pending is not None \
@@ -102,9 +103,10 @@ class Fence:
                     raise
             self.regain()
 
-    def _read(self, operations: list[dict[str, Any]]) -> list[Any]:
+    def _read(self, operations: list[dict[str, Any]],
+              rows: Callable[[dict[str, Any]], Any] | None = None) -> list[Any]:
         try:
-            results = self.rpc.transact(operations)
+            results = self.rpc.transact(operations, rows)
         except ConnectionLost as exc:
             self.close()
             raise OvnError(f"reading the OVN Northbound database failed: {exc}") from exc

@@ -30,11 +30,13 @@ from .codec import (
     OvnObservation,
     Row,
     atoms,
+    compact_row,
     keys_of,
     label,
     rows_inside,
     to_object,
     unnamed_inside,
+    uuid_of,
 )
 from .fence import ConcurrentWrite, Fence, Interrupted, LockTimeout, OvnError, tags_mutation
 from .rpc import ConnectionLost, Rpc, Timeouts, TlsFailed
@@ -104,11 +106,11 @@ class Northbound:
         operations = [_select(table, installation, self.schema.columns_read(table))
                       for table in MANAGED_COLUMNS]
         operations += [_select(table, installation) for table in NAMED_TABLES]
-        results = self.fence(installation).read(operations)
+        results = self.fence(installation).read(operations, compact_row)
         ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
         key_of, uuids = keys_of(ours)
-        inside = {row["_uuid"][1]: found for table in self.schema.holding for row in ours[table]
+        inside = {uuid_of(row): found for table in self.schema.holding for row in ours[table]
                   if (found := rows_inside(self.schema, table, row, key_of))}
         described = self.describe(installation, {child for found in inside.values()
                                                  for child in found})
@@ -116,10 +118,10 @@ class Northbound:
         objects = [to_object(self.schema, table, row, key_of, parent_of, manager,
                              tuple(sorted(described[c] for _t, c in inside.get(uuid, ()))))
                    for table in sorted(ours) for row in ours[table]
-                   if (uuid := row["_uuid"][1]) in key_of]
+                   if (uuid := uuid_of(row)) in key_of]
         children = sorted(text for table in PARENT_COLUMNS for row in ours[table]
                           for text in unnamed_inside(table, row,
-                                                     inside.get(row["_uuid"][1], [])))
+                                                     inside.get(uuid_of(row), [])))
         foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
         return OvnObservation(objects, None, manager, foreign, children, uuids)
 
@@ -290,5 +292,5 @@ def _parents(ours: dict[str, list[Row]], key_of: dict[str, str]
         for row in ours[table]:
             for column in columns:
                 for child in atoms(row[column]):
-                    parent_of[child] = (key_of[row["_uuid"][1]], column)
+                    parent_of[child] = (key_of[uuid_of(row)], column)
     return parent_of

@@ -97,6 +97,7 @@ class Rpc:
         self.closed = threading.Event()
         # Hears monitor updates (method, params), in the thread that reads them.
         self.on_update: Callable[[str, list[Any]], None] | None = None
+        self.rows: Callable[[dict[str, Any]], Any] | None = None  # see transact
 
     def close(self) -> None:
         """Closed, and its listener ended: nothing of a connection outlives it."""
@@ -113,11 +114,18 @@ class Rpc:
             self.stream = None
         self.locks.clear()
 
-    def transact(self, operations: list[dict[str, Any]]) -> list[Any]:
+    def transact(self, operations: list[dict[str, Any]],
+                 rows: Callable[[dict[str, Any]], Any] | None = None) -> list[Any]:
         """The result of each operation (dicts with "error" for refused ones), plus a
-        trailing error when the whole transaction failed."""
+        trailing error when the whole transaction failed. `rows` turns each JSON object of
+        the reply into what it returns as it is decoded (json's object_hook): a reply of
+        every row is then never held whole as OVSDB's JSON."""
         with self.busy:
-            result = self._request("transact", [DATABASE, *operations])
+            self.rows = rows
+            try:
+                result = self._request("transact", [DATABASE, *operations])
+            finally:
+                self.rows = None
         if not isinstance(result, list):
             raise ConnectionLost(f"unexpected reply {str(result)[:200]}")
         return result
@@ -348,7 +356,7 @@ class Rpc:
         probe = time.monotonic() + every
         while True:
             if buffer.endswith(b"}") and (len(buffer) < _SMALL or buffer.endswith(_REPLY_END)):
-                decoded = _decode(buffer)
+                decoded = _decode(buffer, self.rows)
                 if decoded is not None:
                     message, end = decoded
                     self.pending = buffer[end:]
@@ -386,11 +394,13 @@ class Rpc:
         poller.block()
 
 
-def _decode(buffer: bytearray) -> tuple[dict[str, Any], int] | None:
-    """The first JSON object of `buffer` and where it ends; None while it is incomplete."""
+def _decode(buffer: bytearray, rows: Callable[[dict[str, Any]], Any] | None = None
+            ) -> tuple[dict[str, Any], int] | None:
+    """The first JSON object of `buffer` and where it ends; None while it is incomplete.
+    `rows`: json's object_hook (see Rpc.transact)."""
     text = buffer.decode()
     try:
-        message, end = json.JSONDecoder().raw_decode(text)
+        message, end = json.JSONDecoder(object_hook=rows).raw_decode(text)
     except ValueError:
         return None
     if not isinstance(message, dict):

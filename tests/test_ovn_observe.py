@@ -1,0 +1,55 @@
+"""unet's read of every row of its installation (northbound.Northbound.observe), against a
+real OVN Northbound database: rows are made plain while the reply is decoded, and give the
+same objects as OVSDB's JSON of them would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from unet.managers.ovn.codec import compact_row, keys_of, to_object, uuid_of
+from unet.managers.ovn.northbound import Northbound, _select
+from unet.managers.ovn.schema import MANAGED_COLUMNS
+
+from .support.ovnlab import OvnLab
+from .support.ovnrun import INSTALLATION, apply
+
+
+def _read(nb: Northbound, plain: bool) -> dict[str, list[dict[str, Any]]]:
+    operations = [_select(table, INSTALLATION, nb.schema.columns_read(table))
+                  for table in MANAGED_COLUMNS]
+    fence = nb.fence(INSTALLATION)
+    rows = fence.read(operations, compact_row) if plain else fence.read(operations)
+    return dict(zip(MANAGED_COLUMNS, rows, strict=True))
+
+
+def _json_lists(value: Any) -> list[Any]:
+    """OVSDB's JSON values (["uuid", …], ["set", …], ["map", …]) anywhere in `value`."""
+    if isinstance(value, list):
+        return [value] if value and value[0] in ("uuid", "named-uuid", "set", "map") else \
+            [found for item in value for found in _json_lists(item)]
+    if isinstance(value, dict):
+        return [found for item in value.values() for found in _json_lists(item)]
+    return []
+
+
+def test_rows_are_plain_as_they_are_decoded_and_give_the_same_objects(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    nb = Northbound(lab.nb_remote)
+    try:
+        raw, plain = _read(nb, plain=False), _read(nb, plain=True)
+    finally:
+        nb.close()
+    assert sum(len(rows) for rows in plain.values()) > 100
+    assert _json_lists(plain) == []  # no OVSDB JSON is held for any row
+    assert _json_lists(raw) != []
+    tags = [key for rows in plain.values() for row in rows for key in row["external_ids"]]
+    assert all(key is tags[0] or key != tags[0] for key in tags)  # one string per tag name
+
+    def objects(ours: dict[str, list[dict[str, Any]]]) -> list[Any]:
+        key_of, _uuids = keys_of(ours)
+        return [to_object(nb.schema, table, row, key_of, {}, "ovn", ())
+                for table in sorted(ours) for row in ours[table] if uuid_of(row) in key_of]
+
+    assert objects(plain) == objects(raw)
