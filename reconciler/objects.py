@@ -90,12 +90,17 @@ class BackendObject:
     # fields as a whole (a workload's port: its attachments), whose change replaces it.
     # Stamped as TAG_IMMUTABLE with the owner's tags (desired.py), as the owner's are.
     identity: Any = field(default=None, compare=False)
-    _hash: list[str] = field(default_factory=list, init=False, compare=False, repr=False)
+    # Computed once, when first asked (an object is frozen: set through object.__setattr__).
+    # Each index of the objects by uid then holds the same string.
+    _hash: str | None = field(default=None, init=False, compare=False, repr=False)
+    _uid: str | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def uid(self) -> str:
         """Unique across managers."""
-        return f"{self.manager}:{self.key}"
+        if self._uid is None:
+            object.__setattr__(self, "_uid", f"{self.manager}:{self.key}")
+        return self._uid  # type: ignore[return-value]
 
     @property
     def depends(self) -> tuple[str, ...]:
@@ -117,9 +122,9 @@ class BackendObject:
     @property
     def content_hash(self) -> str:
         """Computed once: digests, drift checks and the `unet:hash` tag all need it."""
-        if not self._hash:
-            self._hash.append(content_hash(self.content()))
-        return self._hash[0]
+        if self._hash is None:
+            object.__setattr__(self, "_hash", content_hash(self.content()))
+        return self._hash  # type: ignore[return-value]
 
 
 def immutable_tag(values: Any) -> str:
