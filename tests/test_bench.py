@@ -70,3 +70,31 @@ def test_a_stage_killed_by_the_kernel_says_so(tmp_path: Path) -> None:
     killed = Run(274.2, 188.5, 15163.0, -9, tmp_path / "out", tmp_path / "err")
     outcome = stages.check_reconcile("applied")(None, killed)  # type: ignore[arg-type]
     assert not outcome.ok and outcome.note.startswith("killed by SIGKILL (the kernel's OOM")
+
+
+def test_the_bar_holds_every_stage_and_the_ratios_to_ovn_nbctl_list() -> None:
+    """Issue 29's bar: every stage's peak (not the worst alone), the ratios to `ovn-nbctl
+    list`, the daemon's slowest repair (not the median), growth to 10,000 tenants."""
+    from benchmarks.report import verdicts
+    from benchmarks.results import Comparison, Result
+
+    def result(stage: str, tenants: int, wall: float, peak: float,
+               walls: list[float] | None = None) -> Result:
+        return Result(stage, "folder", tenants, 55 * tenants, 7 * tenants, wall, wall, peak,
+                      True, "", walls=walls or [])
+
+    results = [result("validate", 1000, 2.5, 400), result("reconcile-noop", 1000, 12.0, 1100),
+               result("daemon-repair", 1000, 0.5, 900, walls=[0.4, 0.5, 7.2]),
+               result("reconcile-noop", 10_000, 150.0, 9000)]
+    listing = Comparison("observe vs ovn-nbctl list", 1000, "observe", "list", 7.0, 7.0,
+                         10.0, 9.0)
+    found = {v.bar: v for v in verdicts(results, [listing])}
+    assert found["validate at 1,000 tenants"].met
+    assert not found["peak memory at 1,000 tenants, every stage"].met
+    assert "over: reconcile-noop" in found["peak memory at 1,000 tenants, every stage"].by
+    assert found["observe ÷ ovn-nbctl list at 1,000 tenants"].met  # ×0.70
+    assert found["reconcile-noop ÷ ovn-nbctl list at 1,000 tenants"].measured.startswith("×1.20")
+    repair = found["daemon-repair at 1,000 tenants, the slowest of 3 hand edits"]
+    assert not repair.met and repair.measured.startswith("7.20 s")
+    assert not found["peak memory at 10,000 tenants, every stage"].met  # 9,000 MiB
+    assert found["peak memory growth of reconcile-noop, 1,000 → 10,000"].met  # ×8.18
