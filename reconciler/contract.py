@@ -167,6 +167,13 @@ class Session:
     def observe(self) -> Observation:
         raise NotImplementedError
 
+    def observe_owners(self, owners: frozenset[str]) -> Observation:
+        """Only these owners' objects: what an apply changed, read back to confirm it. By
+        default `observe()` filtered; a backend read whole anyway can build fewer objects."""
+        found = self.observe()
+        found.objects = [obj for obj in found.objects if obj.owner in owners]
+        return found
+
     def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
               changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
         """Carry out the waves of steps (this manager's only), batched into as few backend

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .contract import ApplyOutcome, Manager, Observation, ProgressFactory, Session
 from .desired import Desired, allocation_readers, render_desired
@@ -64,17 +64,22 @@ def _quiet(manager: str) -> ProgressFactory:
     return lambda index, waves, steps: lambda done, total: None
 
 
-#: How a run reads one manager's backend (its name, its session): by the session (one-shot
-#: runs), or from the reconcile daemon's replica of it.
-Observe = Callable[[str, Session], Observation]
+class Observe(Protocol):
+    """How a run reads one manager's backend (its name, its session; only `owners`'
+    objects, when given): by the session (one-shot runs), or from the reconcile daemon's
+    replica of it."""
+
+    def __call__(self, name: str, session: Session,
+                 owners: frozenset[str] | None = None) -> Observation: ...
 
 #: The desired state of a revision, given the allocations the backends hold and the
 #: managers of the run: rendered afresh, or the daemon's (desired.RenderedCache).
 DesiredSource = Callable[[Validation, Mapping[str, Held], Sequence[str]], Desired]
 
 
-def by_session(name: str, session: Session) -> Observation:
-    return session.observe()
+def by_session(name: str, session: Session,
+               owners: frozenset[str] | None = None) -> Observation:
+    return session.observe() if owners is None else session.observe_owners(owners)
 
 
 def render_fresh(head: Validation, held: Mapping[str, Held], only: Sequence[str]) -> Desired:
@@ -151,8 +156,8 @@ def _run(head: Validation, inputs: dict[str, Any], options: RunOptions, gate: Ga
     managers = managers_of(model, options.only, resolve=True)
     readers = allocation_readers(model, managers)
     with _sessions(managers, readers, options, outcome) as (sessions, allocating):
-        def observe(name: str) -> Observation:
-            return reading.observe(name, sessions[name])
+        def observe(name: str, owners: frozenset[str] | None = None) -> Observation:
+            return reading.observe(name, sessions[name], owners)
 
         observations = {name: observe(name) for name in sorted(sessions)}
         hints = [obj for name in sorted(allocating)
@@ -208,9 +213,11 @@ def _sessions(managers: Mapping[str, Manager], readers: Mapping[str, Manager],
 
 
 def _execute(todo: Plan, sessions: Mapping[str, Session],
-             observations: Mapping[str, Observation], observe: Callable[[str], Observation],
+             observations: Mapping[str, Observation],
+             observe: Callable[[str, frozenset[str] | None], Observation],
              progress: Progress, outcome: Outcome) -> dict[str, ApplyOutcome]:
-    """Every manager's steps, wave by wave; then the backends observed again to confirm."""
+    """Every manager's steps, wave by wave; then the objects of what changed observed
+    again to confirm."""
     started = time.monotonic()
     outcome.applied = todo
     changes = {c.uid: c for c in todo.changes}
@@ -226,7 +233,8 @@ def _execute(todo: Plan, sessions: Mapping[str, Session],
             outcome.counts[action] += count
         outcome.failures.update(done.failures)
     outcome.seconds = time.monotonic() - started
-    now = [obj for name in sorted(sessions) for obj in observe(name).objects]
+    changed = frozenset(c.obj.owner for c in todo.changes if c.action.changes)
+    now = [obj for name in sorted(sessions) for obj in observe(name, changed).objects]
     outcome.mismatches = confirm([c for c in todo.changes if c.uid not in outcome.failures],
                                  now)
     return applied

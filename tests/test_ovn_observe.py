@@ -53,3 +53,20 @@ def test_rows_are_plain_as_they_are_decoded_and_give_the_same_objects(
                 for table in sorted(ours) for row in ours[table] if uuid_of(row) in key_of]
 
     assert objects(plain) == objects(raw)
+
+
+def test_observing_some_owners_gives_their_objects_as_a_whole_read_does(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """What an apply confirms: the objects of the owners it changed, their references to
+    others' rows resolved as a read of every row resolves them."""
+    assert apply(tmp_path, repo).returncode == 0
+    nb = Northbound(lab.nb_remote)
+    try:
+        everything = nb.observe(INSTALLATION, "ovn").objects
+        owners = frozenset(sorted({obj.owner for obj in everything})[:3])
+        some = nb.observe(INSTALLATION, "ovn", owners).objects
+    finally:
+        nb.close()
+    assert some and {obj.owner for obj in some} == owners
+    assert some == [obj for obj in everything if obj.owner in owners]
+    assert any(obj.refs or obj.parent for obj in some)

@@ -140,6 +140,9 @@ class OvnSession(Session):
         observation.applied_digest = self.nb.global_tag(self.installation, self._applied_tag)
         return observation
 
+    def observe_owners(self, owners: frozenset[str]) -> OvnObservation:
+        return self.nb.observe(self.installation, self.manager, owners)
+
     def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
               changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
         from .codec import OvnObservation

@@ -23,7 +23,14 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from unet.managers.sdk import TAG_INSTALLATION, ApplyOutcome, Change, ProgressFactory, Step
+from unet.managers.sdk import (
+    TAG_INSTALLATION,
+    TAG_OWNER,
+    ApplyOutcome,
+    Change,
+    ProgressFactory,
+    Step,
+)
 
 from .codec import (
     LABEL_COLUMNS,
@@ -34,6 +41,7 @@ from .codec import (
     keys_of,
     label,
     rows_inside,
+    tag,
     to_object,
     unnamed_inside,
     uuid_of,
@@ -101,8 +109,10 @@ class Northbound:
         return rpc
 
     # -- observe ----------------------------------------------------------------------------
-    def observe(self, installation: str, manager: str) -> OvnObservation:
-        """The installation's rows as objects, and the names of everyone else's rows."""
+    def observe(self, installation: str, manager: str,
+                owners: frozenset[str] | None = None) -> OvnObservation:
+        """The installation's rows as objects (only `owners`' rows, when given: the others
+        still count for references and parents), and the names of everyone else's rows."""
         operations = [_select(table, installation, self.schema.columns_read(table))
                       for table in MANAGED_COLUMNS]
         operations += [_select(table, installation) for table in NAMED_TABLES]
@@ -118,7 +128,8 @@ class Northbound:
         objects = [to_object(self.schema, table, row, key_of, parent_of, manager,
                              tuple(sorted(described[c] for _t, c in inside.get(uuid, ()))))
                    for table in sorted(ours) for row in ours[table]
-                   if (uuid := uuid_of(row)) in key_of]
+                   if (uuid := uuid_of(row)) in key_of
+                   and (owners is None or tag(row, TAG_OWNER) in owners)]
         children = sorted(text for table in PARENT_COLUMNS for row in ours[table]
                           for text in unnamed_inside(table, row,
                                                      inside.get(uuid_of(row), [])))

@@ -130,9 +130,14 @@ class Incremental:
     def reading(self, files: str, scope: Scope) -> Reading:
         """Where a run of `scope` reads from: the replicas instead of the backends they
         watch; the scope's desired state, else the cached one when its inputs are the same."""
-        def observe(name: str, session: Session) -> Observation:
+        def observe(name: str, session: Session,
+                    owners: frozenset[str] | None = None) -> Observation:
             watch = scope.watches.get(name)
-            return watch.observe(scope.owners) if watch is not None else session.observe()
+            if owners is None:
+                owners = scope.owners
+            if watch is not None:
+                return watch.observe(owners)
+            return session.observe() if owners is None else session.observe_owners(owners)
 
         rendered = scope.desired
         if rendered is not None:
