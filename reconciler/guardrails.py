@@ -179,11 +179,11 @@ def _existed(cause: Cause, head: Mapping[str, Manifest], base: Mapping[str, Mani
     now, before = head.get(cause.ref), base.get(cause.ref)
     if now is None or before is None:
         return before is not None
-    value = _at(now.doc.data, cause.path)
+    value = _at(now.data(), cause.path)
     if cause.path and isinstance(cause.path[-1], int):
-        items = _at(before.doc.data, cause.path[:-1])
+        items = _at(before.data(), cause.path[:-1])
         return isinstance(items, list) and value in items
-    return bool(_at(before.doc.data, cause.path) == value)
+    return bool(_at(before.data(), cause.path) == value)
 
 
 def _at(data: Any, path: Iterable[str | int]) -> Any:

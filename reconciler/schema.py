@@ -190,6 +190,22 @@ class Manifest:
         kind, tenant, name = self.identity
         return f"{kind}/{tenant}/{name}" if tenant else f"{kind}/{name}"
 
+    def data(self) -> Any:
+        """The manifest's data: its document's, else (let go once the model was built, see
+        `release_data`) what its model holds of what was written, with the defaults the
+        model filled in."""
+        if self.doc.data is not None:
+            return self.doc.data
+        return self.obj.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def release_data(manifests: list[Manifest]) -> None:
+    """Let go of the YAML data of documents that became manifests: everything after the
+    schema reads their models, and at 1,000 tenants the data was 85 MB of every run's
+    memory beside the models (`Manifest.data` gives it back from the model)."""
+    for manifest in manifests:
+        manifest.doc.data = None
+
 
 def validate_documents(documents: list[Document]) -> tuple[list[Manifest], list[Diagnostic]]:
     manifests: list[Manifest] = []

@@ -14,7 +14,7 @@ from .load import Document, load_documents
 from .models import KINDS
 from .parse_cache import FileKey, ParseCache, ParsedFile, content_id
 from .plugins import installed_plugins
-from .schema import Manifest, validate_documents
+from .schema import Manifest, release_data, validate_documents
 from .sources import DEFAULT_MAX_FILE_BYTES, SourceError, SourceFile, folder_files, git_files
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ class ParsedFiles:
         if found is None:
             found = self._from_cache(key, content, max_file_bytes) or \
                 self._parse_new(item, key, max_file_bytes)
+            release_data(found.manifests)  # the parse cache encoded them already
             self._files[key] = found
         return found
 
