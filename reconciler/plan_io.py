@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -103,14 +103,18 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool,
     }
 
 
+def _plain_dict(value: Mapping[str, Any]) -> dict[str, Any]:
+    return value if type(value) is dict else dict(value)
+
+
 def _object_json(obj: BackendObject | None) -> dict[str, Any] | None:
     if obj is None:
         return None
-    out = {
-        "fields": dict(obj.fields),
+    out = {  # the object's own dicts, not copies (read only): 155,000 rows of an apply
+        "fields": _plain_dict(obj.fields),
         "refs": {k: list(v) for k, v in obj.refs.items()},
         "parent": list(obj.parent) if obj.parent else None,
-        "meta": dict(obj.meta),
+        "meta": _plain_dict(obj.meta),
         "unknown": sorted(obj.unknown),
     }
     if obj.holds:
