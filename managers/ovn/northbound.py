@@ -119,20 +119,23 @@ class Northbound:
         results = self.fence(installation).read(operations, compact_row)
         ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
+        del results
         key_of, uuids = keys_of(ours)
         inside = {uuid_of(row): found for table in self.schema.holding for row in ours[table]
                   if (found := rows_inside(self.schema, table, row, key_of))}
         described = self.describe(installation, {child for found in inside.values()
                                                  for child in found})
         parent_of = _parents(ours, key_of)
-        objects = [to_object(self.schema, table, row, key_of, parent_of, manager,
-                             tuple(sorted(described[c] for _t, c in inside.get(uuid, ()))))
-                   for table in sorted(ours) for row in ours[table]
-                   if (uuid := uuid_of(row)) in key_of
-                   and (owners is None or tag(row, TAG_OWNER) in owners)]
         children = sorted(text for table in PARENT_COLUMNS for row in ours[table]
                           for text in unnamed_inside(table, row,
                                                      inside.get(uuid_of(row), [])))
+        objects = []
+        for table in sorted(ours):  # each table's rows let go of once they are objects
+            rows, ours[table] = ours[table], []
+            objects += [to_object(self.schema, table, row, key_of, parent_of, manager,
+                                  tuple(sorted(described[c] for _t, c in inside.get(uuid, ()))))
+                        for row in rows if (uuid := uuid_of(row)) in key_of
+                        and (owners is None or tag(row, TAG_OWNER) in owners)]
         foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
         return OvnObservation(objects, None, manager, foreign, children, uuids)
 
