@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from functools import lru_cache
 from typing import TypeVar
 
 import netaddr
@@ -65,31 +66,41 @@ def parse_cidr(
     pools); those may not touch reserved ranges. Rule remotes and route destinations
     may be anything, 0.0.0.0/0 included.
     """
+    net, problem = _cidr_verdict(text, version, network_range)
+    if problem is not None:
+        ctx.report(problem[0], manifest, path, problem[1], problem[2])
+    return net
+
+
+#: A verdict's problem: its code, message and hint.
+_Problem = tuple[str, str, str | None]
+
+
+@lru_cache(maxsize=1 << 16)
+def _cidr_verdict(text: str, version: int | None, network_range: bool
+                  ) -> tuple[netaddr.IPNetwork | None, _Problem | None]:
+    """parse_cidr's answer for a text, the same wherever it is written: a repo says the
+    same CIDRs many times (every tenant's 10.0.0.0/16), and both revisions of a plan say
+    most of them. The network is shared: nobody changes one in place."""
     try:
         if "/" not in text:
             raise netaddr.AddrFormatError("no prefix length")
         net = netaddr.IPNetwork(text, version=family_of(text))
     except (netaddr.AddrFormatError, ValueError, TypeError):
-        ctx.report("CIDR_INVALID", manifest, path, f"'{text}' is not a CIDR",
-                   "write an address and a prefix length, e.g. 10.0.1.0/24")
-        return None
+        return None, ("CIDR_INVALID", f"'{text}' is not a CIDR",
+                      "write an address and a prefix length, e.g. 10.0.1.0/24")
     if version is not None and net.version != version:
-        ctx.report("CIDR_INVALID", manifest, path,
-                   f"'{text}' is an {Family(net.version).label} CIDR; this field takes "
-                   f"{Family(version).label}")
-        return None
+        return None, ("CIDR_INVALID", f"'{text}' is an {Family(net.version).label} CIDR; "
+                      f"this field takes {Family(version).label}", None)
     if net.ip != net.network:
-        ctx.report("CIDR_NOT_CANONICAL", manifest, path,
-                   f"'{text}' has host bits set", f"did you mean {net.cidr}?")
-        return None
+        return None, ("CIDR_NOT_CANONICAL", f"'{text}' has host bits set",
+                      f"did you mean {net.cidr}?")
     if network_range:
         for reserved, what in _RESERVED:
             if reserved.version == net.version and (reserved in net or net in reserved):
-                ctx.report("CIDR_RESERVED", manifest, path,
-                           f"'{text}' overlaps the {what} range {reserved}",
-                           "use a private range such as 10.0.0.0/8 or fc00::/7")
-                return None
-    return net.cidr
+                return None, ("CIDR_RESERVED", f"'{text}' overlaps the {what} range {reserved}",
+                              "use a private range such as 10.0.0.0/8 or fc00::/7")
+    return net.cidr, None
 
 
 def parse_ip(
