@@ -10,6 +10,7 @@ manager records after applying it. The reconcile daemon keeps one between runs
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ from .objects import (
     immutable_fields_tag,
     immutable_tag,
     index_objects,
+    share_strings,
 )
 from .plan import DIGEST_FORMAT, desired_digest, legacy_desired_digest
 from .plugins import managers_of
@@ -166,8 +168,9 @@ def _stamp(objects: list[BackendObject], model: Model) -> list[BackendObject]:
         meta = {**tags[obj.owner], **obj.meta}
         if obj.identity is not None:
             meta[TAG_IMMUTABLE] = immutable_tag(obj.identity)
-        out.append(BackendObject(obj.manager, obj.table, obj.key, obj.owner, obj.fields,
-                                 obj.refs, obj.parent, obj.unknown, meta,
+        out.append(BackendObject(obj.manager, obj.table, sys.intern(obj.key),
+                                 sys.intern(obj.owner), share_strings(obj.fields), obj.refs,
+                                 obj.parent, obj.unknown, share_strings(meta),
                                  immutable_fields=obj.immutable_fields))
     return out
 

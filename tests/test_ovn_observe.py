@@ -70,3 +70,26 @@ def test_observing_some_owners_gives_their_objects_as_a_whole_read_does(
     assert some and {obj.owner for obj in some} == owners
     assert some == [obj for obj in everything if obj.owner in owners]
     assert any(obj.refs or obj.parent for obj in some)
+
+
+def test_the_desired_and_the_observed_rows_share_each_value_they_hold(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """Each name, match and tag a row holds in both is one string in memory, not two."""
+    from unet.reconciler.desired import render_desired
+    from unet.reconciler.objects import observed_allocations
+    from unet.reconciler.validate import validate_repo
+
+    assert apply(tmp_path, repo).returncode == 0
+    nb = Northbound(lab.nb_remote)
+    try:
+        observed = {obj.uid: obj for obj in nb.observe(INSTALLATION, "ovn").objects}
+    finally:
+        nb.close()
+    desired = render_desired(validate_repo(repo), observed_allocations(observed.values()))
+    pairs = [(want, observed[want.uid]) for want in desired.objects if want.uid in observed]
+    assert len(pairs) > 100
+    for want, have in pairs:
+        assert want.owner is have.owner and want.key is have.key
+        for name, value in want.fields.items():
+            if isinstance(value, str) and value == have.fields.get(name):
+                assert value is have.fields[name], (want.uid, name)

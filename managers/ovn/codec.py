@@ -99,17 +99,19 @@ def compact_row(obj: dict[str, Any]) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     if type(value) is not list:
-        return value
+        return _intern(value)
     kind, inner = value
     if kind == "set":
-        return tuple(e[1] if type(e) is list else e for e in inner)
+        return tuple(e[1] if type(e) is list else _intern(e) for e in inner)
     if kind == "map":
-        return {_intern(k): v[1] if type(v) is list else v for k, v in inner}
-    return inner  # ["uuid", …] or ["named-uuid", …]
+        return {_intern(k): v[1] if type(v) is list else _intern(v) for k, v in inner}
+    return inner  # ["uuid", …] or ["named-uuid", …]: a row's own, not interned
 
 
-def _intern(key: Any) -> Any:
-    return sys.intern(key) if type(key) is str else key
+def _intern(atom: Any) -> Any:
+    """Text interned: every row repeats the same tag names, and the desired rows hold the
+    same values (objects.share_strings)."""
+    return sys.intern(atom) if type(atom) is str else atom
 
 
 def encode(value: Any, kind: ovs.db.types.Type) -> Any:
