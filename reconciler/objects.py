@@ -148,7 +148,7 @@ def changed_immutable_fields(before: Mapping[str, str], after: Mapping[str, str]
     their TAG_IMMUTABLE_FIELDS record them (`before` and `after` are their tags); () when
     a row does not record them (written before the tag existed)."""
     old, new = before.get(TAG_IMMUTABLE_FIELDS), after.get(TAG_IMMUTABLE_FIELDS)
-    if old is None or new is None:
+    if old is None or new is None or old == new:  # most rows of most plans: the same
         return ()
     was, now = _field_hashes(old), _field_hashes(new)
     return tuple(sorted(path for path in was.keys() | now.keys()

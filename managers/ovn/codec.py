@@ -21,9 +21,9 @@ Writing (transaction.py) encodes a field's value back with `encode`.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 import ovs.db.types
@@ -83,7 +83,10 @@ def uuid_of(row: Row) -> str:
 
 def tag(row: Row, name: str) -> str | None:
     """One of a row's tags (external_ids), or None."""
-    return next((value for key, value in pairs(row["external_ids"]) if key == name), None)
+    tags = row["external_ids"]
+    if isinstance(tags, dict):
+        return tags.get(name)
+    return next((value for key, value in tags[1] if key == name), None)
 
 
 def compact_row(obj: dict[str, Any]) -> dict[str, Any]:
@@ -98,20 +101,23 @@ def compact_row(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    if type(value) is not list:
-        return _intern(value)
-    kind, inner = value
-    if kind == "set":
-        return tuple(e[1] if type(e) is list else _intern(e) for e in inner)
-    if kind == "map":
-        return {_intern(k): v[1] if type(v) is list else _intern(v) for k, v in inner}
-    return inner  # ["uuid", …] or ["named-uuid", …]: a row's own, not interned
-
-
-def _intern(atom: Any) -> Any:
-    """Text interned: every row repeats the same tag names, and the desired rows hold the
-    same values (objects.share_strings)."""
-    return sys.intern(atom) if type(atom) is str else atom
+    """Text is interned (inline: this runs for every value of every row): every row
+    repeats the same tag names, and the desired rows hold the same values
+    (objects.share_strings). A UUID is a row's own: not interned."""
+    kind = type(value)
+    if kind is str:
+        return intern(value)
+    if kind is not list:
+        return value
+    tag, inner = value
+    if tag == "set":
+        return tuple(e[1] if type(e) is list else intern(e) if type(e) is str else e
+                     for e in inner)
+    if tag == "map":
+        return {intern(k) if type(k) is str else k:
+                v[1] if type(v) is list else intern(v) if type(v) is str else v
+                for k, v in inner}
+    return inner  # ["uuid", …] or ["named-uuid", …]
 
 
 def encode(value: Any, kind: ovs.db.types.Type) -> Any:
@@ -126,11 +132,16 @@ def encode(value: Any, kind: ovs.db.types.Type) -> Any:
 
 
 def _decoder(kind: ovs.db.types.Type) -> Callable[[Any], Any]:
-    """Column values as the renderers write them: None, scalar, sorted list or dict."""
+    """Column values as the renderers write them: None, scalar, sorted list or dict. A
+    compact row's are nearly so (its map of text keys is taken as it is: dicts compare,
+    and are hashed, whatever their order)."""
     if kind.is_map():
-        return lambda value: {str(atom(k)): atom(v) for k, v in sorted(pairs(value))}
+        text_keys = kind.key.type == ovs.db.types.StringType
+        return lambda value: value if text_keys and isinstance(value, dict) else \
+            {str(atom(k)): atom(v) for k, v in sorted(pairs(value))}
     if kind.is_optional():
-        return lambda value: next(iter(atoms(value)), None)
+        return lambda value: (value[0] if value else None) if isinstance(value, tuple) \
+            else next(iter(atoms(value)), None)
     if kind.is_set():
         return lambda value: sorted(atoms(value))
     return atom
