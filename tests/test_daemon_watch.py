@@ -21,11 +21,20 @@ from typing import Any
 import pytest
 
 from unet.managers.ovn.manager import OvnManager
+from unet.reconciler import desired as desired_module
 from unet.reconciler import heap
+from unet.reconciler.allocate import ParsedHoldings
 from unet.reconciler.cache import inputs_digest
+from unet.reconciler.daemon import incremental as incremental_module
 from unet.reconciler.daemon.loop import Options, Reconciler
 from unet.reconciler.daemon.watching import Watches
-from unet.reconciler.desired import render_desired, rendered_key, rerender_tenants
+from unet.reconciler.desired import (
+    changed_owners,
+    render_desired,
+    rendered_key,
+    rerender_held,
+    rerender_tenants,
+)
 from unet.reconciler.model import Model
 from unet.reconciler.objects import TAG_ALLOCATION, Held, observed_allocations
 from unet.reconciler.planner import changed_tenants
@@ -145,8 +154,8 @@ def test_the_replicas_allocations_stay_the_same_object_until_one_changes(
         reconciler.watches.close()
 
 
-def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_path: Path
-                                                           ) -> None:
+def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(
+        nb: OvnLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="repair")
     reconciler = _reconciler(work, tmp_path)
     try:
@@ -173,13 +182,17 @@ def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_pat
 
         # An allocation recorded by hand: an input of the desired state, so it is rendered
         # again from what the backend now records, as a one-shot run would; the owners whose
-        # objects that changes are planned, with the one whose row changed.
+        # objects that changes are planned, with the one whose row changed. Only the
+        # port's tenant is rendered again: its addresses are drawn from its own subnets.
         port = _vm_port(nb.nb_remote)
+        tenant = _owner(nb.nb_remote, "Logical_Switch_Port", port).split("/")[1]
+        rendered = _spy_on_renders(monkeypatch)
         nbctl(nb.nb_remote, "lsp-del", port)
         _wait_for(reconciler)
         recreated = reconciler.run_once()
         assert recreated.result == "applied" and recreated.scope != "full", recreated.scope
         assert reconciler.incremental.rendered.renders == renders + 1
+        assert rendered and set(rendered) == {frozenset({tenant})}, rendered
         after = reconciler.run_once()
         assert after.result == "ok" and after.scope != "full", "its allocations recorded again"
         assert reconciler.incremental.rendered.renders == renders + 1
@@ -190,6 +203,20 @@ def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_pat
     finally:
         assert reconciler.watches is not None
         reconciler.watches.close()
+
+
+def _spy_on_renders(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[str] | None]:
+    """The tenants of every render of a desired state from now on (None: all of them)."""
+    rendered: list[frozenset[str] | None] = []
+    render = desired_module.render_desired
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        rendered.append(kwargs.get("tenants"))
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(desired_module, "render_desired", spy)
+    monkeypatch.setattr(incremental_module, "render_desired", spy)
+    return rendered
 
 
 def test_report_mode_keeps_reporting_drift_it_leaves(nb: OvnLab, tmp_path: Path) -> None:
@@ -377,6 +404,59 @@ def test_rendering_only_the_changed_tenants_gives_what_rendering_everything_does
     everything = render_desired(head, before.held)
     assert {o.uid: o for o in composed.objects} == {o.uid: o for o in everything.objects}
     assert composed.digest("ovn") == everything.digest("ovn")
+    # Every tenant's allocations, as after an apply the backends record them: the daemon
+    # then knows that rendering with those gives this desired state again.
+    assert composed.allocations.values == everything.allocations.values
+
+
+WEB_2 = "acme/ComputeInstance/web-2/0"
+#: Recorded allocations changed by hand (key → new value, None: gone), and the tenants
+#: rendered again for it (None: everything, as what tenants share changed).
+ALLOCATIONS_CHANGED: dict[str, tuple[dict[str, str | None], frozenset[str] | None]] = {
+    "a VM's port deleted": ({f"{kind}/{WEB_2}": None for kind in ("ipv4", "ipv6", "mac")},
+                            frozenset({"acme"})),
+    "an address edited": ({"ipv4/acme/ComputeInstance/web-1/0": "10.10.1.50"},
+                          frozenset({"acme"})),
+    "a VIP and a MAC of two tenants": ({"vip/acme/k1/api": "10.10.11.242",
+                                        "mac/globex/ComputeInstance/app-1/0":
+                                            "02:ec:d4:e6:2f:51"}, frozenset({"acme", "globex"})),
+    "an address on a provider network": (
+        {"ipv4/globex/BaremetalInstance/db-metal/2": "192.168.50.101"}, None),
+    "an external address": ({"eip/acme/web-1-public": None}, None),
+    "a segment id": ({"segment/None/storage-b": "301"}, None),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(ALLOCATIONS_CHANGED))
+def test_rendering_again_only_the_tenants_whose_allocations_changed_gives_what_rendering_everything_does(  # noqa: E501
+        tmp_path: Path, edit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = ovn_only_repo(tmp_path / "work")
+    head = validate_repo(work)
+    applied = render_desired(head, {}).allocations.values
+    held = {key: a.held() for key, a in applied.items()}
+    before = render_desired(head, ParsedHoldings(held))
+    changes, tenants = ALLOCATIONS_CHANGED[edit]
+    now = dict(held)
+    for key, value in changes.items():
+        if value is None:
+            del now[key]
+        else:
+            now[key] = Held(value, held[key].scope)
+    render = desired_module.render_desired
+    rendered = _spy_on_renders(monkeypatch)
+    found = rerender_held(before, head, now)
+    everything = render(head, now)
+    if tenants is None:
+        assert found is None
+        return
+    assert found is not None and rendered == [tenants, tenants]
+    desired, owners = found
+    assert {o.uid: o for o in desired.objects} == {o.uid: o for o in everything.objects}
+    assert desired.digest("ovn") == everything.digest("ovn")
+    assert desired.allocations.values == everything.allocations.values
+    assert owners == changed_owners(before, everything)
+    if edit != "a VM's port deleted":  # that one is given its addresses back
+        assert owners
 
 
 def test_a_commit_of_one_tenant_is_planned_for_that_tenant_and_leaves_nothing(

@@ -19,16 +19,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..allocate import ParsedHoldings
 from ..cache import inputs_digest
 from ..contract import Manager, Observation, Session, Watch
 from ..desired import (
     Desired,
     RenderedCache,
     allocation_readers,
-    allocations_digest,
     changed_owners,
     render_desired,
     rendered_key,
+    reparsed,
+    rerender_held,
     rerender_tenants,
 )
 from ..engine import DesiredSource, Outcome, Reading, render_fresh
@@ -70,7 +72,7 @@ class Incremental:
         self.rendered = RenderedCache()
         self.validated: dict[str, Validation] = {}  # files digest → validation, the last two
         self.since: Since | None = None  # what the last run left, for the next to build on
-        self.held_digest: tuple[Mapping[str, Held], str] | None = None  # with its digest
+        self.names = HeldNames()
 
     def validate(self, folder: Path, rev: str | None, max_file_size: int,
                  parsed: ParsedFiles) -> tuple[str, Validation]:
@@ -113,9 +115,9 @@ class Incremental:
             desired = self.rendered.get(key)
             owners = changes | since.outstanding
             if desired is None:  # recorded allocations changed: rendered again, from them
-                desired = self.rendered.put(key, render_desired(head, held,
-                                                                only=sorted(managers)))
-                owners |= changed_owners(since.desired, desired)
+                desired, changed = _rendered_again(since.desired, head, held, managers)
+                self.rendered.put(key, desired)
+                owners |= changed
             return Scope(watches, owners, desired) if owners else None
         if self.rendered.get(self._rendered_key(since.files, managers, held)) \
                 is not since.desired:
@@ -146,18 +148,15 @@ class Incremental:
             managers = managers_of(_model(head), only, resolve=True)
             key = rendered_key(files, managers, held)
             return self.rendered.get(key) or self.rendered.put(
-                key, render_desired(head, held, only=list(only)))
+                key, render_desired(head, ParsedHoldings.of(held), only=list(only)))
 
         return render
 
     def _rendered_key(self, files: str, managers: Mapping[str, Manager],
                       held: Mapping[str, Held]) -> str:
-        """desired.rendered_key, the allocations' digest computed again only for another
-        `held` object (the replicas give the same one while the allocations stay the same;
-        hashing 100,000 of them takes half a second)."""
-        if self.held_digest is None or self.held_digest[0] is not held:
-            self.held_digest = (held, allocations_digest(held))
-        return rendered_key(files, managers, held, self.held_digest[1])
+        """desired.rendered_key, with a name for the allocations' content (HeldNames) in
+        place of their digest."""
+        return rendered_key(files, managers, held, self.names.of(held))
 
     def _changed_tenants(self, since: Since, head: Validation
                          ) -> tuple[Desired, frozenset[str]] | None:
@@ -195,10 +194,47 @@ class Incremental:
             if self.rendered.get(key) is None and {k: h.value for k, h in held.items()} == {
                     k: a.held().value for k, a in desired.allocations.values.items()}:
                 self.rendered.alias(key)
+                # What a later change of the allocations is told apart from (rerender_held).
+                desired.held = reparsed(desired.held, held)
         previous = self.since
         due = previous.resync_due if previous is not None and scope.owners is not None \
             else time.monotonic() + self.resync_interval
         self.since = Since(files, desired, outstanding, due)
+
+
+class HeldNames:
+    """Names for the contents of recorded allocations, in the render cache's keys: one name
+    for equal contents, within this process. Comparing allocations with the few seen last
+    costs a fraction of hashing them (100,000 at a thousand tenants: half a second), and
+    the replicas give the same object while they stay the same."""
+
+    KEEP = 3  # the replicas' allocations now, and before the last changes
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Mapping[str, Held], str]] = []
+        self.count = 0
+
+    def of(self, held: Mapping[str, Held]) -> str:
+        plain = held.observed if isinstance(held, ParsedHoldings) else held
+        for known, name in self.seen:
+            if known is plain or known == plain:
+                return name
+        self.count += 1
+        name = f"allocations {self.count}"
+        self.seen = [(plain, name), *self.seen[:self.KEEP - 1]]
+        return name
+
+
+def _rendered_again(before: Desired, head: Validation, held: Mapping[str, Held],
+                    managers: Mapping[str, Manager]) -> tuple[Desired, frozenset[str]]:
+    """The desired state of the revision `before` was rendered from, for the allocations
+    `held` records, and the owners whose objects that changes: only the tenants whose
+    allocations changed rendered again (desired.rerender_held), else everything."""
+    found = rerender_held(before, head, held)
+    if found is not None:
+        return found
+    desired = render_desired(head, ParsedHoldings.of(held), only=sorted(managers))
+    return desired, changed_owners(before, desired)
 
 
 def _model(head: Validation) -> Model:
