@@ -153,7 +153,7 @@ def rerender_held(before: Desired, head: Validation, held: Mapping[str, Held]
         return before, frozenset()
     shared = before.allocations.shared  # the same revision, the same shared holdings
     return _rerendered(before, (head, old, shared), (head, old.updated(held, keys), shared),
-                       tenants)
+                       tenants, same=True)
 
 
 def reparsed(before: Mapping[str, Held], after: Mapping[str, Held]) -> ParsedHoldings:
@@ -171,20 +171,26 @@ def reparsed(before: Mapping[str, Held], after: Mapping[str, Held]) -> ParsedHol
 Inputs = tuple[Validation, Mapping[str, Held], Shared | None]
 
 
-def _rerendered(before: Desired, base: Inputs, head: Inputs, tenants: frozenset[str]
-                ) -> tuple[Desired, frozenset[str]] | None:
+def _rerendered(before: Desired, base: Inputs, head: Inputs, tenants: frozenset[str],
+                same: bool = False) -> tuple[Desired, frozenset[str]] | None:
     """`before` with `tenants`' objects and allocations rendered again (`base`: what
     `before` was rendered from, `head`: what to render now), and the owners whose objects
     differ between the two renders of the tenants; None when the provider's objects
-    differ."""
+    differ. `same`: the same revision; when its tenants' objects and allocations come out
+    the same (a deleted port given its addresses back), `before` itself, whose digests are
+    known."""
     only = list(before.managers)
     old = render_desired(base[0], base[1], only=only, tenants=tenants, shared=base[2])
     new = render_desired(head[0], head[1], only=only, tenants=tenants, shared=head[2])
     if _provider_objects(old) != _provider_objects(new):
         return None
     theirs = _in_tenants(tenants)
-    kept = [o for o in before.objects if not theirs(o.owner)]
     mine = [o for o in new.objects if theirs(o.owner)]
+    changed = _changed_owners([o for o in old.objects if theirs(o.owner)], mine)
+    if same and not changed and old.allocations.values == new.allocations.values \
+            and old.allocations.problems == new.allocations.problems:
+        return before, changed
+    kept = [o for o in before.objects if not theirs(o.owner)]
     # The allocations of every tenant: the others' as `before` has them.
     values = {key: value for key, value in before.allocations.values.items()
               if key not in old.allocations.values}
@@ -192,7 +198,6 @@ def _rerendered(before: Desired, base: Inputs, head: Inputs, tenants: frozenset[
     problems = [p for p in before.allocations.problems if p not in old.allocations.problems]
     allocations = Allocations(values, problems + new.allocations.problems,
                               new.allocations.shared)
-    changed = _changed_owners([o for o in old.objects if theirs(o.owner)], mine)
     return Desired(new.model.full, allocations, kept + mine, new.managers, head[1]), changed
 
 
@@ -211,10 +216,22 @@ def _in_tenants(tenants: frozenset[str]) -> Callable[[str], bool]:
 
 
 def _changed_keys(before: Mapping[str, Held], after: Mapping[str, Held]) -> list[str]:
-    """The allocation keys whose recorded value or scope differ."""
+    """The allocation keys whose recorded value differs, or the scope of one drawn from a
+    tenant's subnets."""
     if before is after:
         return []
-    return [key for key in before.keys() | after.keys() if before.get(key) != after.get(key)]
+    out = list(before.keys() - after.keys())
+    for key, new in after.items():
+        old = before.get(key)
+        if old is None or (old.value != new.value
+                           or (old.scope != new.scope and not key.startswith(_UNSCOPED))):
+            out.append(key)
+    return out
+
+
+#: Allocations whose recorded scope nothing reads (allocate._Holdings): a segment id is
+#: recorded by the fabric's port in a subnet's switch and by a cluster's network alone.
+_UNSCOPED = ("segment/", "eip/", "gateway/")
 
 
 def _tenants_holding(before: Mapping[str, Held], after: Mapping[str, Held],

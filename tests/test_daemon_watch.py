@@ -149,6 +149,25 @@ def test_the_replicas_allocations_stay_the_same_object_until_one_changes(
             watch.observe()
             assert watch.held() is not held
             assert watch.held() == observed_allocations(session.observe().objects) != held
+            # Found again from the rows that changed only: the same as a full read finds
+            # when the scope of a switch's ports changes with its owner, a second row
+            # records a port's key (then every row is read again), the port goes, the
+            # second row's record too.
+            uuid = nbctl(nb.nb_remote, "get", "Logical_Switch_Port", port, "_uuid").strip()
+            switch = nbctl(nb.nb_remote, "--bare", "--columns=_uuid", "find", "Logical_Switch",
+                           f"ports{{>=}}{uuid}").split()[0]
+            other = next(p for p in _ours(nb.nb_remote, "Logical_Switch_Port", "_uuid")
+                         if p != uuid)
+            for edit in (["set", "Logical_Switch", switch, 'external_ids:"unet:owner"='
+                          '"Subnet/acme/elsewhere"'],
+                         ["set", "Logical_Switch_Port", other,
+                          f'external_ids:"{TAG_ALLOCATION}{key}"="10.10.1.99"'],
+                         ["lsp-del", port],
+                         ["remove", "Logical_Switch_Port", other, "external_ids",
+                          f'"{TAG_ALLOCATION}{key}"']):
+                nbctl(nb.nb_remote, *edit)
+                watch.observe()
+                assert watch.held() == observed_allocations(session.observe().objects), edit
     finally:
         assert reconciler.watches is not None
         reconciler.watches.close()
