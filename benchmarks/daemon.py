@@ -1,10 +1,11 @@
 """The daemon's stages of the benchmark (issue 17): `unet reconcile` running as a daemon that
 watches the Northbound database, on the applied live repo of one size.
 
-- daemon-repair: hand edits, one at a time, spread over tables (a column changed, a tag
-  added, an ACL removed from its port group, a VM's port deleted); the time from the edit
-  to the end of the run that repaired it (the run's record in the history), the median of
-  the edits;
+- daemon-repair: hand edits, one at a time, spread over tables (a tag added to rows of
+  seven tables, an ACL removed from its port group, a VM's port deleted); the time from
+  the edit to the end of the run that repaired it (the run's record in the history): the
+  median of the edits as the wall time, and the maximum and median per kind of edit in the
+  note (the target is every edit: report.BAR_REPAIR_MAX_S);
 - daemon-idle: the daemon's CPU time per run when nothing changed, over a few runs;
 - daemon-commit: a commit changing one tenant, pushed to the branch the daemon follows;
   the run that applies it (its `duration`: from the fetch, made at once by a signed
@@ -151,6 +152,7 @@ def _edits(fx: Fixture) -> list[tuple[str, list[str]]]:
 def _repairs(fx: Fixture, daemon: _Daemon) -> Result:
     latencies: list[float] = []
     kinds: dict[str, list[float]] = {}
+    runs: dict[str, list[float]] = {}  # the repairing runs' own durations
     cpu = daemon.cpu_s
     for kind, command in _edits(fx):
         seen = len(daemon.runs())
@@ -158,18 +160,31 @@ def _repairs(fx: Fixture, daemon: _Daemon) -> Result:
         edited = time.monotonic()
         ended = daemon.wait(f"repair {kind}", _repaired_after(seen))
         latencies.append(ended - edited)
-        kinds.setdefault(kind.split()[-1] if "tag" in kind else kind, []).append(ended - edited)
+        kind = "tag added" if "tag" in kind else kind
+        kinds.setdefault(kind, []).append(ended - edited)
+        runs.setdefault(kind, []).append(max(float(r["duration"]) for r in daemon.runs()[seen:]
+                                             if r["result"] == "applied"))
         daemon.settle()
     plan = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", "plan", str(fx.live),
                            "--manager", "ovn", "--detailed-exitcode"], cwd=fx.cwd,
                           env=fx.env(), capture_output=True, text=True, check=False)
-    by_kind = "; ".join(f"{kind}: median {statistics.median(values):.2f} s"
-                        for kind, values in sorted(kinds.items()))
     ok = plan.returncode == 0
-    note = (f"{len(latencies)} edits, max {max(latencies):.2f} s; {by_kind}" if ok else
+    note = (_by_kind(latencies, kinds, runs) if ok else
             f"a plan after the repairs is not empty (exit {plan.returncode})")
     return _result("daemon-repair", fx, latencies, (daemon.cpu_s - cpu) / len(latencies),
                    daemon.peak_mib, ok, note)
+
+
+def _by_kind(latencies: list[float], kinds: dict[str, list[float]],
+             runs: dict[str, list[float]]) -> str:
+    """The maximum (the target is every edit, not the median) and the median, per kind of
+    edit: from the edit to the end of the run that repaired it, and that run alone."""
+    worst = max(kinds, key=lambda kind: max(kinds[kind]))
+    parts = [f"{kind} ({len(values)}): max {max(values):.2f} s, median "
+             f"{statistics.median(values):.2f} s (the run: max {max(runs[kind]):.2f} s)"
+             for kind, values in sorted(kinds.items())]
+    return (f"{len(latencies)} edits, max {max(latencies):.2f} s ({worst}), median "
+            f"{statistics.median(latencies):.2f} s; " + "; ".join(parts))
 
 
 def _repaired_after(seen: int) -> Callable[[list[dict[str, Any]]], bool]:

@@ -197,6 +197,8 @@ def render_markdown(report: dict[str, Any], results: list[Result],
         out += [f"**{stage}** — {title}", "",
                 _md_table(_COLUMNS, [_row(r) for r in results if r.stage == stage],
                           right_from=2), ""]
+        out += [f"{r.tenants:,} tenants: {r.note}" for r in results
+                if r.stage == stage and r.stage in DAEMON_TITLES and r.ok and r.note] + [""]
     if comparisons:
         out += ["**Comparisons** (ratio = unet ÷ other; below 1, unet is faster; cpu ratio "
                 "counts the Northbound server's CPU on both sides)", "",
@@ -219,6 +221,9 @@ def render_markdown(report: dict[str, Any], results: list[Result],
 
 def print_report(report: Report) -> None:
     print(format_table(report.results))
+    for result in report.results:  # what the daemon's figures are made of
+        if result.stage in DAEMON_TITLES and result.ok and result.note:
+            print(f"{result.stage} at {result.tenants:,} tenants: {result.note}")
     if report.comparisons:
         print()
         print(format_comparisons(report.comparisons))

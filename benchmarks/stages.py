@@ -275,7 +275,8 @@ STAGES: dict[str, Stage] = {
 DAEMON_STAGES = {"daemon-repair": "reconcile-drift", "daemon-idle": "reconcile-noop",
                  "daemon-commit": "reconcile-noop"}
 DAEMON_TITLES = {
-    "daemon-repair": "daemon: a hand edit to one row repaired (median of 20, over tables)",
+    "daemon-repair": "daemon: a hand edit to one row repaired (20 over tables: the median; "
+                     "the note: max and median per kind)",
     "daemon-idle": "daemon: a run with nothing changed (CPU per run)",
     "daemon-commit": "daemon: a commit changing one tenant applied after the fetch"}
 #: Clustered stages and the standalone stage each is compared with.

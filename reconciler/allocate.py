@@ -14,9 +14,11 @@ holds is refused (`ADDRESS_CONFLICT`), never taken from it.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import netaddr
@@ -51,10 +53,24 @@ class AllocationProblem:
     hint: str | None = None
 
 
+#: What one part of an allocation gave: its values and its problems.
+Part = tuple[dict[str, Allocation], list[AllocationProblem]]
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every tenant shares, as an allocation of the whole revision gave it: segment
+    ids, and external and router gateway addresses (`allocate`'s `shared`)."""
+
+    segments: Part
+    external: Part
+
+
 @dataclass
 class Allocations:
     values: dict[str, Allocation] = field(default_factory=dict)
     problems: list[AllocationProblem] = field(default_factory=list)
+    shared: Shared | None = None  # the part of what tenants share
 
     def get(self, key: str) -> Allocation | None:
         return self.values.get(key)
@@ -115,11 +131,15 @@ _HAND_OVER = ("pick a free value, or leave the field out to have one allocated; 
 Attachment = tuple[str, int, Manifest, NetworkAttachment]
 
 
-def allocate(model: Model, observed: Mapping[str, Held], new_are_unknown: bool = False
-             ) -> Allocations:
-    """All allocations of the model; observed ones are kept when still valid."""
+def allocate(model: Model, observed: Mapping[str, Held], new_are_unknown: bool = False,
+             shared: Shared | None = None) -> Allocations:
+    """All allocations of the model; observed ones are kept when still valid.
+
+    `shared`: what tenants share, as an allocation of the same revision gave it with the
+    same observed segment ids and external addresses: taken as it is (a render of some
+    tenants then costs what they cost, not what the whole revision's pools do)."""
     out = Allocations()
-    _Allocator(model, observed, new_are_unknown, out).run()
+    _Allocator(model, observed, new_are_unknown, out).run(shared)
     return out
 
 
@@ -134,13 +154,26 @@ class _Allocator:
         self.new_known = not new_are_unknown
         self.out = out
 
-    def run(self) -> None:
+    def run(self, shared: Shared | None) -> None:
         """Segment ids and external addresses are shared by all tenants: always allocated
-        for the whole revision. Subnet addresses only for the tenants the model shows."""
-        self._segments()
+        for the whole revision (or taken from `shared`). Subnet addresses only for the
+        tenants the model shows."""
+        segments = self._part(self._segments, shared.segments if shared else None)
         for segment in (*self.model.kind("Subnet"), *self.model.kind("ProviderNetwork")):
             self._subnet_addresses(segment)
-        self._external_addresses()
+        external = self._part(self._external_addresses, shared.external if shared else None)
+        self.out.shared = Shared(segments, external)
+
+    def _part(self, allocate: Callable[[], None], known: Part | None) -> Part:
+        """What `allocate` adds to the allocations (`known`: added as it is instead)."""
+        if known is not None:
+            self.out.values.update(known[0])
+            self.out.problems.extend(known[1])
+            return known
+        values, problems = len(self.out.values), len(self.out.problems)
+        allocate()  # a part only adds keys of its own kinds
+        return (dict(itertools.islice(self.out.values.items(), values, None)),
+                self.out.problems[problems:])
 
     def _keep(self, key: str, value: str, scope: str | None = None) -> None:
         self.out.values[key] = Allocation(value, True, scope)
@@ -414,6 +447,18 @@ class ParsedHoldings(Mapping[str, Held]):
     def of(cls, observed: Mapping[str, Held]) -> ParsedHoldings:
         return observed if isinstance(observed, ParsedHoldings) else cls(observed)
 
+    @property
+    def observed(self) -> Mapping[str, Held]:
+        return self._observed
+
+    def updated(self, observed: Mapping[str, Held], keys: Iterable[str]) -> ParsedHoldings:
+        """The holdings of `observed`, which differ from these in `keys` only: these, with
+        those keys parsed again (these stay as they are)."""
+        out = ParsedHoldings.__new__(ParsedHoldings)
+        out._observed = observed
+        out.parsed = self.parsed.updated(self._observed, observed, keys)
+        return out
+
     def __getitem__(self, key: str) -> Held:
         return self._observed[key]
 
@@ -424,37 +469,68 @@ class ParsedHoldings(Mapping[str, Held]):
         return len(self._observed)
 
 
+#: (family or "mac", value, key) of a recorded address or MAC.
+_Entry = tuple[int | str, int, str]
+#: Where recorded addresses and MACs are kept: ("subnet", its ref), ("tenant", its name)
+#: when the subnet is unknown, ("external", "") for external and gateway addresses.
+_Where = tuple[str, str]
+
+
 class _Holdings:
     """The observed allocations, by the space each one is drawn from, parsed once."""
 
     def __init__(self, observed: Mapping[str, Held]) -> None:
         self.segments: dict[str, int] = {}
-        # (family or "mac", value, key) of ports' addresses and MACs and of VIPs: by subnet,
-        # or by tenant when the subnet is unknown
-        self._in_subnet: dict[str, list[tuple[int | str, int, str]]] = defaultdict(list)
-        self._in_tenant: dict[str, list[tuple[int | str, int, str]]] = defaultdict(list)
-        self._external: list[tuple[int, int, str]] = []  # (family, value, key)
+        self._lists: dict[_Where, list[_Entry]] = defaultdict(list)
         for key, held in observed.items():
-            kind, _, rest = key.partition("/")
-            if kind == "segment" and held.value.isdigit():
-                self.segments[key] = int(held.value)
-            elif kind in ("ipv4", "ipv6", "vip", "mac"):
-                parsed = (("mac", _mac_int(held.value)) if kind == "mac"
-                          else _ip_family_int(held.value))
-                if parsed is None:
-                    continue
-                entry = (*parsed, key)
-                if held.scope is not None:
-                    self._in_subnet[held.scope].append(entry)
-                else:
-                    self._in_tenant[rest.split("/", 1)[0]].append(entry)
-            elif kind in ("eip", "gateway"):
-                parsed = _ip_family_int(held.value)
-                if parsed is not None:
-                    self._external.append((*parsed, key))
+            self._put(key, held, True)
 
-    def _of(self, subnet: Manifest) -> list[tuple[int | str, int, str]]:
-        return [*self._in_subnet.get(subnet.ref, ()), *self._in_tenant.get(str(subnet.tenant), ())]
+    def _put(self, key: str, held: Held, add: bool, copied: bool = False) -> None:
+        """Keep (`add`) or forget what `key` records; `copied`: in a new list (the one
+        there is shared with other holdings)."""
+        kind, _, rest = key.partition("/")
+        if kind == "segment":
+            if not add:
+                self.segments.pop(key, None)
+            elif held.value.isdigit():
+                self.segments[key] = int(held.value)
+            return
+        if kind in ("ipv4", "ipv6", "vip", "mac"):
+            parsed = (("mac", _mac_int(held.value)) if kind == "mac"
+                      else _ip_family_int(held.value))
+            where = ("subnet", held.scope) if held.scope is not None \
+                else ("tenant", rest.split("/", 1)[0])
+        elif kind in ("eip", "gateway"):
+            parsed, where = _ip_family_int(held.value), ("external", "")
+        else:
+            return
+        if parsed is None:
+            return
+        if not add:
+            self._lists[where] = [e for e in self._lists.get(where, ()) if e[2] != key]
+        elif copied:
+            self._lists[where] = [*self._lists.get(where, ()), (*parsed, key)]
+        else:
+            self._lists[where].append((*parsed, key))
+
+    def updated(self, before: Mapping[str, Held], after: Mapping[str, Held],
+                keys: Iterable[str]) -> _Holdings:
+        """The holdings of `after`, these being those of `before`: the lists that hold
+        `keys` made anew, every other shared with these."""
+        out = copy.copy(self)
+        out.segments = dict(self.segments)
+        out._lists = defaultdict(list, self._lists)
+        for key in keys:
+            old, new = before.get(key), after.get(key)
+            if old is not None:
+                out._put(key, old, False)
+            if new is not None:
+                out._put(key, new, True, copied=True)
+        return out
+
+    def _of(self, subnet: Manifest) -> list[_Entry]:
+        return [*self._lists.get(("subnet", subnet.ref), ()),
+                *self._lists.get(("tenant", str(subnet.tenant)), ())]
 
     def addresses(self, subnet: Manifest, version: int, space: AddressSpace) -> dict[int, str]:
         out: dict[int, str] = {}
@@ -469,7 +545,7 @@ class _Holdings:
     def external(self, version: int, space: AddressSpace) -> dict[int, str]:
         """Pools never overlap: an external address is held in the pool that holds it."""
         out: dict[int, str] = {}
-        for family, value, key in self._external:
+        for family, value, key in self._lists.get(("external", ""), ()):
             if family == version and space.net.first <= value <= space.net.last:
                 out.setdefault(value, key)
         return out

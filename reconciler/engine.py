@@ -77,9 +77,20 @@ class Observe(Protocol):
 DesiredSource = Callable[[Validation, Mapping[str, Held], Sequence[str]], Desired]
 
 
+#: The allocations the backends record, given every observation of a run (its managers',
+#: then those read for their allocations only, each by name in order): found in their
+#: objects, or, for the reconcile daemon, in its replicas too (which know theirs without
+#: reading every object).
+Allocated = Callable[[Sequence[tuple[str, Observation]]], Mapping[str, Held]]
+
+
 def by_session(name: str, session: Session,
                owners: frozenset[str] | None = None) -> Observation:
     return session.observe() if owners is None else session.observe_owners(owners)
+
+
+def in_objects(observations: Sequence[tuple[str, Observation]]) -> Mapping[str, Held]:
+    return observed_allocations([obj for _name, seen in observations for obj in seen.objects])
 
 
 def render_fresh(head: Validation, held: Mapping[str, Held], only: Sequence[str]) -> Desired:
@@ -88,12 +99,15 @@ def render_fresh(head: Validation, held: Mapping[str, Held], only: Sequence[str]
 
 @dataclass(frozen=True)
 class Reading:
-    """Where a run reads what it plans from: the backends (`observe`), the desired state
-    (`desired`), and which resources' objects it plans (`owners`; None: all)."""
+    """Where a run reads what it plans from: the backends (`observe`, `allocated`), the
+    desired state (`desired`), and which resources' objects it plans (`owners`; None: all)
+    but of the managers planned whole all the same (`whole`)."""
 
     observe: Observe = by_session
     desired: DesiredSource = render_fresh
     owners: frozenset[str] | None = None
+    whole: frozenset[str] = frozenset()
+    allocated: Allocated = in_objects
 
 
 @dataclass(frozen=True)
@@ -160,13 +174,11 @@ def _run(head: Validation, inputs: dict[str, Any], options: RunOptions, gate: Ga
             return reading.observe(name, sessions[name], owners)
 
         observations = {name: observe(name) for name in sorted(sessions)}
-        hints = [obj for name in sorted(allocating)
-                 for obj in allocating[name].observe().objects]
-        observed = [o for name in sorted(observations) for o in observations[name].objects]
-        outcome.desired = reading.desired(head, observed_allocations([*observed, *hints]),
-                                          sorted(managers))
+        hints = [(name, reading.observe(name, allocating[name])) for name in sorted(allocating)]
+        held = reading.allocated([*sorted(observations.items()), *hints])
+        outcome.desired = reading.desired(head, held, sorted(managers))
         full = plan_live(head, managers, observations, inputs, outcome.desired,
-                         reading.owners)
+                         reading.owners, reading.whole)
         plan = restrict_to(full, full.drift_ids) if options.refresh_only else full
         outcome.plan = plan
         outcome.unmanaged = {name: observations[name].unmanaged() for name in sorted(sessions)}

@@ -40,11 +40,11 @@ class Model:
         """Manifests of a kind in a fixed order (by reference); computed once."""
         found = self._by_kind.get(kind)
         if found is None:
-            found = sorted(self.ctx.kind(kind), key=lambda m: m.ref)
-            if self.tenants is not None:
+            found = self.ctx.kind(kind)
+            if self.tenants is not None:  # before sorting: a few of many
                 found = [m for m in found
                          if m.obj.scope != "tenant" or m.tenant in self.tenants]
-            self._by_kind[kind] = found
+            found = self._by_kind[kind] = sorted(found, key=lambda m: m.ref)
         return found
 
     def get(self, kind: str, tenant: str | None, name: str | None) -> Manifest | None:

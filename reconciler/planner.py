@@ -138,27 +138,32 @@ def reach_scope(base: Validation, head: Validation) -> frozenset[str]:
 
 def plan_live(head: Validation, managers: dict[str, Manager],
               observations: Mapping[str, Observation], inputs: dict[str, Any],
-              desired: Desired, owners: frozenset[str] | None = None) -> Plan:
+              desired: Desired, owners: frozenset[str] | None = None,
+              whole: frozenset[str] = frozenset()) -> Plan:
     """Against the backends: `observations` are what the managers' sessions found, and
     `desired` the revision rendered with the allocations they record (engine.run).
 
     When the desired state is the one a manager last applied (the digest it recorded),
     every difference is drift. `owners`: plan only the objects of these resources (the
     daemon's targeted plan, when only they changed in the backends); the observations
-    then hold only theirs. A manager that could not read all of its backend is left out
-    of the plan, which then has an error (BACKEND_UNOBSERVED): it cannot be applied.
+    then hold only theirs, but those of the managers in `whole`, planned whole (the
+    daemon reads them on every run: what changed there is not known). A manager that
+    could not read all of its backend is left out of the plan, which then has an error
+    (BACKEND_UNOBSERVED): it cannot be applied.
     """
     blind = frozenset(name for name, seen in observations.items() if seen.unobserved)
     observed = [obj for name in sorted(observations) if name not in blind
                 for obj in observations[name].objects]
     describe = desired.describer()
     prune = bool(desired.model.config.prune)
-    wanted = desired.objects if owners is None else [o for o in desired.objects
-                                                     if o.owner in owners]
+    wanted = desired.objects if owners is None else [
+        o for o in desired.objects if o.owner in owners or o.manager in whole]
     if blind:
         wanted = [o for o in wanted if o.manager not in blind]
     changes = diff(index_objects(wanted), index_objects(observed), prune)
     everything = head.by_ref()
+    if owners is not None and whole:
+        owners = owners | {o.owner for o in (*wanted, *observed) if o.manager in whole}
     head_manifests = everything if owners is None else {
         ref: everything[ref] for ref in owners if ref in everything}
     resources = _live_resources(changes, head_manifests, describe)

@@ -8,6 +8,8 @@ state is keyed by every input.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import gc
 import json
 import re
@@ -20,19 +22,33 @@ from typing import Any
 
 import pytest
 
-from unet.managers.ovn.manager import OvnManager
+from unet.managers.ovn.manager import OvnManager, OvnSession
+from unet.reconciler import desired as desired_module
 from unet.reconciler import heap
+from unet.reconciler.allocate import ParsedHoldings
 from unet.reconciler.cache import inputs_digest
+from unet.reconciler.contract import Watch
+from unet.reconciler.daemon import incremental as incremental_module
+from unet.reconciler.daemon.incremental import Incremental, Rescope, Scope
 from unet.reconciler.daemon.loop import Options, Reconciler
 from unet.reconciler.daemon.watching import Watches
-from unet.reconciler.desired import render_desired, rendered_key, rerender_tenants
+from unet.reconciler.desired import (
+    changed_owners,
+    render_desired,
+    rendered_key,
+    rerender_held,
+    rerender_tenants,
+)
+from unet.reconciler.engine import Reading
 from unet.reconciler.model import Model
 from unet.reconciler.objects import TAG_ALLOCATION, Held, observed_allocations
 from unet.reconciler.planner import changed_tenants
 from unet.reconciler.plugins import managers_of
 from unet.reconciler.validate import ParsedFiles, repo_files, validate_repo
 
-from .support.gitops import EXAMPLE, add_instance, commit_all, git, ovn_only_repo
+from .conftest import copy_checkout
+from .k8s_fixtures.server import FakeCluster, write_kubeconfig
+from .support.gitops import EXAMPLE, add_instance, commit_all, git, ovn_only_repo, set_mode
 from .support.ovnlab import NB_SCHEMA, OvnLab
 from .support.unixproxy import UnixProxy
 from .test_daemon_heap import assert_no_cycles_of_ours
@@ -140,13 +156,32 @@ def test_the_replicas_allocations_stay_the_same_object_until_one_changes(
             watch.observe()
             assert watch.held() is not held
             assert watch.held() == observed_allocations(session.observe().objects) != held
+            # Found again from the rows that changed only: the same as a full read finds
+            # when the scope of a switch's ports changes with its owner, a second row
+            # records a port's key (then every row is read again), the port goes, the
+            # second row's record too.
+            uuid = nbctl(nb.nb_remote, "get", "Logical_Switch_Port", port, "_uuid").strip()
+            switch = nbctl(nb.nb_remote, "--bare", "--columns=_uuid", "find", "Logical_Switch",
+                           f"ports{{>=}}{uuid}").split()[0]
+            other = next(p for p in _ours(nb.nb_remote, "Logical_Switch_Port", "_uuid")
+                         if p != uuid)
+            for edit in (["set", "Logical_Switch", switch, 'external_ids:"unet:owner"='
+                          '"Subnet/acme/elsewhere"'],
+                         ["set", "Logical_Switch_Port", other,
+                          f'external_ids:"{TAG_ALLOCATION}{key}"="10.10.1.99"'],
+                         ["lsp-del", port],
+                         ["remove", "Logical_Switch_Port", other, "external_ids",
+                          f'"{TAG_ALLOCATION}{key}"']):
+                nbctl(nb.nb_remote, *edit)
+                watch.observe()
+                assert watch.held() == observed_allocations(session.observe().objects), edit
     finally:
         assert reconciler.watches is not None
         reconciler.watches.close()
 
 
-def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_path: Path
-                                                           ) -> None:
+def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(
+        nb: OvnLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = ovn_only_repo(tmp_path / "work", northbound=nb.nb_remote, mode="repair")
     reconciler = _reconciler(work, tmp_path)
     try:
@@ -171,25 +206,61 @@ def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(nb: OvnLab, tmp_pat
         assert nbctl(nb.nb_remote, "get", "ACL", acl, "priority").strip() != "1999"
         assert reconciler.incremental.rendered.renders == renders, "the desired state was reused"
 
-        # An allocation recorded by hand: an input of the desired state, so it is rendered
-        # again from what the backend now records, as a one-shot run would; the owners whose
-        # objects that changes are planned, with the one whose row changed.
+        # Allocations recorded no more (a VM's port deleted): an input of the desired
+        # state, so it is made again for what the backend now records, as a one-shot run
+        # would render it. Only the port's tenant is rendered again (its addresses are
+        # drawn from its own subnets), and gives the port its addresses back: the desired
+        # state is the same; the port is created again.
         port = _vm_port(nb.nb_remote)
+        tenant = _owner(nb.nb_remote, "Logical_Switch_Port", port).split("/")[1]
+        rendered = _spy_on_renders(monkeypatch)
         nbctl(nb.nb_remote, "lsp-del", port)
         _wait_for(reconciler)
         recreated = reconciler.run_once()
         assert recreated.result == "applied" and recreated.scope != "full", recreated.scope
-        assert reconciler.incremental.rendered.renders == renders + 1
+        assert reconciler.incremental.rendered.renders == renders, "the same desired state"
+        assert rendered and set(rendered) == {frozenset({tenant})}, rendered
         after = reconciler.run_once()
         assert after.result == "ok" and after.scope != "full", "its allocations recorded again"
-        assert reconciler.incremental.rendered.renders == renders + 1
         assert port in nbctl(nb.nb_remote, "--bare", "--columns=name", "list",
                              "Logical_Switch_Port")
+
+        # An address recorded by hand (a free one of its subnet): kept, as any recorded
+        # allocation that still holds; the owners whose objects that changes are planned.
+        rendered.clear()
+        tags = nbctl(nb.nb_remote, "get", "Logical_Switch_Port", port, "external_ids")
+        key, value = re.findall(f'"{TAG_ALLOCATION}(ipv4/[^"]+)"="([^"]+)"', tags)[0]
+        moved = value.rsplit(".", 1)[0] + ".99"
+        nbctl(nb.nb_remote, "set", "Logical_Switch_Port", port,
+              f'external_ids:"{TAG_ALLOCATION}{key}"="{moved}"')
+        _wait_for(reconciler)
+        readdressed = reconciler.run_once()
+        assert readdressed.result == "applied" and readdressed.scope != "full"
+        assert reconciler.incremental.rendered.renders == renders + 1
+        assert set(rendered) == {frozenset({tenant})}, rendered
+        assert moved in nbctl(nb.nb_remote, "get", "Logical_Switch_Port", port, "addresses")
+        _wait_for(reconciler, quiet=True)
+        assert reconciler.run_once().result == "ok"
+        assert reconciler.incremental.rendered.renders == renders + 1
         fresh = Reconciler(Options(path=work, state_dir=tmp_path / "fresh", workdir=tmp_path))
         assert fresh.run_once().result == "ok", "a plan of everything agrees"
     finally:
         assert reconciler.watches is not None
         reconciler.watches.close()
+
+
+def _spy_on_renders(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[str] | None]:
+    """The tenants of every render of a desired state from now on (None: all of them)."""
+    rendered: list[frozenset[str] | None] = []
+    render = desired_module.render_desired
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        rendered.append(kwargs.get("tenants"))
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(desired_module, "render_desired", spy)
+    monkeypatch.setattr(incremental_module, "render_desired", spy)
+    return rendered
 
 
 def test_report_mode_keeps_reporting_drift_it_leaves(nb: OvnLab, tmp_path: Path) -> None:
@@ -334,11 +405,14 @@ def _vm_port(remote: str) -> str:
                                        "Logical_Switch_Port").split() if ".vm." in name)
 
 
-def _wait_for(reconciler: Reconciler, timeout: float = 10.0) -> None:
-    """Until a replica has news (what wakes the daemon)."""
+def _wait_for(reconciler: Reconciler, timeout: float = 10.0, quiet: bool = False) -> None:
+    """Until a replica has news (what wakes the daemon); `quiet`: news or not, within a
+    second (a run's own writes heard back)."""
     assert reconciler.watches is not None
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + (1.0 if quiet else timeout)
     while not reconciler.watches.wake.is_set():
+        if quiet and time.monotonic() >= deadline:
+            return
         assert time.monotonic() < deadline, "no change arrived in the replica"
         time.sleep(0.02)
     time.sleep(0.2)  # the rest of the edit's transactions
@@ -377,6 +451,59 @@ def test_rendering_only_the_changed_tenants_gives_what_rendering_everything_does
     everything = render_desired(head, before.held)
     assert {o.uid: o for o in composed.objects} == {o.uid: o for o in everything.objects}
     assert composed.digest("ovn") == everything.digest("ovn")
+    # Every tenant's allocations, as after an apply the backends record them: the daemon
+    # then knows that rendering with those gives this desired state again.
+    assert composed.allocations.values == everything.allocations.values
+
+
+WEB_2 = "acme/ComputeInstance/web-2/0"
+#: Recorded allocations changed by hand (key → new value, None: gone), and the tenants
+#: rendered again for it (None: everything, as what tenants share changed).
+ALLOCATIONS_CHANGED: dict[str, tuple[dict[str, str | None], frozenset[str] | None]] = {
+    "a VM's port deleted": ({f"{kind}/{WEB_2}": None for kind in ("ipv4", "ipv6", "mac")},
+                            frozenset({"acme"})),
+    "an address edited": ({"ipv4/acme/ComputeInstance/web-1/0": "10.10.1.50"},
+                          frozenset({"acme"})),
+    "a VIP and a MAC of two tenants": ({"vip/acme/k1/api": "10.10.11.242",
+                                        "mac/globex/ComputeInstance/app-1/0":
+                                            "02:ec:d4:e6:2f:51"}, frozenset({"acme", "globex"})),
+    "an address on a provider network": (
+        {"ipv4/globex/BaremetalInstance/db-metal/2": "192.168.50.101"}, None),
+    "an external address": ({"eip/acme/web-1-public": None}, None),
+    "a segment id": ({"segment/None/storage-b": "301"}, None),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(ALLOCATIONS_CHANGED))
+def test_rendering_again_only_the_tenants_whose_allocations_changed_gives_what_rendering_everything_does(  # noqa: E501
+        tmp_path: Path, edit: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    work = ovn_only_repo(tmp_path / "work")
+    head = validate_repo(work)
+    applied = render_desired(head, {}).allocations.values
+    held = {key: a.held() for key, a in applied.items()}
+    before = render_desired(head, ParsedHoldings(held))
+    changes, tenants = ALLOCATIONS_CHANGED[edit]
+    now = dict(held)
+    for key, value in changes.items():
+        if value is None:
+            del now[key]
+        else:
+            now[key] = Held(value, held[key].scope)
+    render = desired_module.render_desired
+    rendered = _spy_on_renders(monkeypatch)
+    found = rerender_held(before, head, now)
+    everything = render(head, now)
+    if tenants is None:
+        assert found is None
+        return
+    assert found is not None and rendered == [tenants, tenants]
+    desired, owners = found
+    assert {o.uid: o for o in desired.objects} == {o.uid: o for o in everything.objects}
+    assert desired.digest("ovn") == everything.digest("ovn")
+    assert desired.allocations.values == everything.allocations.values
+    assert owners == changed_owners(before, everything)
+    if edit != "a VM's port deleted":  # that one is given its addresses back
+        assert owners
 
 
 def test_a_commit_of_one_tenant_is_planned_for_that_tenant_and_leaves_nothing(
@@ -448,17 +575,216 @@ def test_a_quiet_server_keeps_its_watch(nb: OvnLab, tmp_path: Path) -> None:
         reconciler.watches.close()
 
 
-def test_a_manager_without_a_change_feed_makes_the_daemon_read_every_run(
-        tmp_path: Path) -> None:
-    head = validate_repo(EXAMPLE)
-    managers = managers_of(Model(head.context))
-    watches = Watches(tmp_path)
+def test_a_manager_without_a_change_feed_is_read_on_every_run_and_the_others_watched(
+        nb: OvnLab, tmp_path: Path) -> None:
+    """Watching is per manager: the example's Kubernetes manager has no change feed, and
+    the OVN manager beside it is watched all the same, planned or read for its
+    allocations only (a run of the Kubernetes manager alone)."""
+    work = _with_kubernetes(tmp_path / "work", nb.nb_remote)
+    managers = managers_of(Model(validate_repo(work).context), resolve=True)
     assert not managers["kubernetes"].watchable and managers["ovn"].watchable
-    assert watches.follow(managers, {}) == {}
-    assert watches.unsupported == "the backend of kubernetes has no change feed"
-    assert watches.follow({"ovn": managers["ovn"]}, {"kubernetes": managers["kubernetes"]}
-                          ) == {}
-    assert watches.unsupported == "a manager is read for its allocations only"
+    watches = Watches(tmp_path)
+    try:
+        assert set(watches.follow(managers, {})) == {"ovn"}
+        assert watches.polled == {"kubernetes"}
+        assert set(watches.follow({"kubernetes": managers["kubernetes"]},
+                                  {"ovn": managers["ovn"]})) == {"ovn"}
+        assert watches.polled == {"kubernetes"}
+    finally:
+        watches.close()
+
+
+def _with_kubernetes(target: Path, northbound: str) -> Path:
+    """The example repo, both managers: OVN on `northbound`, the Kubernetes manager on the
+    contexts of $KUBECONFIG; `reconcile: repair`."""
+    copy_checkout(EXAMPLE, target)
+    managers = target / "provider" / "managers.yaml"
+    managers.write_text(managers.read_text().replace("northbound: embedded",
+                                                     f"northbound: {northbound}"))
+    set_mode(target, "repair")
+    return target
+
+
+@pytest.fixture
+def clusters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+             ) -> Iterator[dict[str, FakeCluster]]:
+    """The example's hosting clusters: Kubernetes API stand-ins (tests/k8s_fixtures)."""
+    with contextlib.ExitStack() as stack:
+        found = {name: stack.enter_context(FakeCluster(name, namespaces=K8S_NAMESPACES))
+                 for name in ("hosting-a1", "hosting-a2")}
+        kubeconfig = tmp_path / "kubeconfig"
+        write_kubeconfig(kubeconfig, {name: c.url for name, c in found.items()})
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        yield found
+
+
+def test_a_kubernetes_manager_beside_ovn_keeps_ovn_watched(
+        nb: OvnLab, clusters: dict[str, FakeCluster], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29: OVN's replica is read and only the owners of changed rows are planned for
+    it; the Kubernetes manager, which cannot be watched, is read and planned whole on
+    every run, so that its drift is repaired by the next run; a run plans both."""
+    work = _with_kubernetes(tmp_path / "work", nb.nb_remote)
+    reconciler = _reconciler(work, tmp_path)
+    try:
+        first = reconciler.run_once()
+        assert (first.result, first.scope) == ("applied", "full"), first.message
+        assert reconciler.watches is not None and set(reconciler.watches.watches) == {"ovn"}
+        assert reconciler.watches.polled == {"kubernetes"}
+        settled = reconciler.run_once()
+        assert settled.result == "ok" and settled.scope is not None
+        assert settled.scope.endswith(" owners, kubernetes whole"), settled.scope
+        ovn_reads = _count_reads(monkeypatch)
+
+        acl = _first_acl(nb.nb_remote)
+        nbctl(nb.nb_remote, "set", "ACL", acl, "priority=1999")
+        _wait_for(reconciler)
+        repaired = reconciler.run_once()
+        assert (repaired.result, repaired.repaired) == ("applied", 1), repaired.message
+        assert repaired.scope == "1 owner, kubernetes whole"
+        assert nbctl(nb.nb_remote, "get", "ACL", acl, "priority").strip() != "1999"
+        k8s_rows = sum(1 for c in clusters.values() for plural in CUDN_AND_POOLS
+                       for _ in c.objects(plural))
+        assert sum(repaired.row_counts.values()) < k8s_rows + first.row_counts["create"] / 5
+        _wait_for(reconciler, quiet=True)
+        assert reconciler.run_once().result == "ok", "its own write, heard back"
+
+        # Nobody tells the daemon of a change in a cluster: its next run reads it anyway.
+        a1 = clusters["hosting-a1"]
+        a1.edit("ipaddresspools", "unet.acme.web",
+                lambda o: o["spec"].update(addresses=["10.10.1.0/24"]),
+                namespace="metallb-system")
+        assert not reconciler.watches.wake.is_set()
+        k8s = reconciler.run_once()
+        assert (k8s.result, k8s.repaired, k8s.scope) == ("applied", 1,
+                                                          "0 owners, kubernetes whole")
+        pool = a1.get("ipaddresspools", "unet.acme.web", "metallb-system")
+        assert pool is not None and pool["spec"]["addresses"] == ["10.10.1.240/28"]
+
+        # A subnet's networks deleted by hand from the clusters: the segment id OVN records
+        # is recorded by no cluster; the allocations the backends record changed since the
+        # run was scoped (their scope: the OVN port's subnet alone now), the desired state
+        # they give did not: the run goes on.
+        renders = reconciler.incremental.rendered.renders
+        held = reconciler.incremental.polled_held["kubernetes"]
+        for cluster in clusters.values():
+            if cluster.get("clusteruserdefinednetworks", "unet.acme.nodes"):
+                cluster.remove("clusteruserdefinednetworks", "unet.acme.nodes")
+        recreated = reconciler.run_once()
+        assert (recreated.result, recreated.scope) == ("applied", "0 owners, kubernetes whole")
+        assert all(c.get("clusteruserdefinednetworks", "unet.acme.nodes")
+                   for c in clusters.values())
+        assert reconciler.incremental.polled_held["kubernetes"] == held, "recorded again"
+        assert reconciler.incremental.rendered.renders == renders
+        _wait_for(reconciler, quiet=True)
+        idle = reconciler.run_once()
+        assert (idle.result, idle.scope) == ("ok", "0 owners, kubernetes whole")
+        assert ovn_reads == [], "OVN was read from its replica only"
+
+        # When what a polled backend records changes the desired state of owners the run
+        # did not read (Rescope, below), the run plans everything.
+        scoped = reconciler.incremental.reading
+
+        def rescoped(files: str, scope: Scope) -> Reading:
+            reading = scoped(files, scope)
+            if scope.owners is None:
+                return reading
+
+            def desired(*_args: Any) -> Any:
+                raise Rescope("as if")
+
+            return dataclasses.replace(reading, desired=desired)
+
+        reconciler.incremental.reading = rescoped  # type: ignore[method-assign]
+        acl = _first_acl(nb.nb_remote)
+        nbctl(nb.nb_remote, "set", "ACL", acl, "priority=1998")
+        _wait_for(reconciler)
+        everything = reconciler.run_once()
+        assert (everything.result, everything.scope, everything.repaired) == (
+            "applied", "full", 1), everything.message
+        del reconciler.incremental.reading
+
+        fresh = Reconciler(Options(path=work, state_dir=tmp_path / "fresh", workdir=tmp_path))
+        check = fresh.run_once()
+        assert (check.result, check.scope) == ("ok", "full"), check.message
+    finally:
+        assert reconciler.watches is not None
+        reconciler.watches.close()
+
+
+def test_a_fabric_read_for_its_allocations_is_watched(
+        nb: OvnLab, clusters: dict[str, FakeCluster], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon of the Kubernetes manager alone takes the segment ids and addresses the
+    fabric records from the fabric's replica: OVN is not read on every run."""
+    work = _with_kubernetes(tmp_path / "work", nb.nb_remote)
+    both = Reconciler(Options(path=work, state_dir=tmp_path / "both", workdir=tmp_path))
+    assert both.run_once().result == "applied"
+    daemon = Reconciler(Options(path=work, state_dir=tmp_path / "state", workdir=tmp_path,
+                                watch=True, managers=["kubernetes"]))
+    try:
+        assert daemon.run_once().result == "ok"
+        assert daemon.watches is not None and set(daemon.watches.watches) == {"ovn"}
+        reads = _count_reads(monkeypatch)
+        cudn = clusters["hosting-a1"].get("clusteruserdefinednetworks", "unet.acme.web")
+        assert cudn is not None
+        clusters["hosting-a1"].remove("clusteruserdefinednetworks", "unet.acme.web")
+        again = daemon.run_once()
+        assert (again.result, again.scope) == ("applied", "0 owners, kubernetes whole")
+        assert clusters["hosting-a1"].get("clusteruserdefinednetworks", "unet.acme.web"
+                                          )["spec"] == cudn["spec"]
+        assert reads == []
+    finally:
+        assert daemon.watches is not None
+        daemon.watches.close()
+
+
+def test_a_polled_backends_new_allocations_are_planned_or_make_the_run_plan_everything(
+        tmp_path: Path) -> None:
+    """A run scoped for the allocations a polled backend recorded at the last run finds
+    others: when the desired state they give differs only for owners the run reads, it
+    goes on with that; else it stops before planning (Rescope), to plan everything."""
+    work = ovn_only_repo(tmp_path / "work")
+    head = validate_repo(work)
+    applied = render_desired(head, {}).allocations.values
+    held = {key: a.held() for key, a in applied.items()}
+    before = render_desired(head, ParsedHoldings(held))
+    moved = {**held, "ipv4/acme/ComputeInstance/web-1/0": Held("10.10.1.50",
+                                                                "Subnet/acme/web")}
+    incremental = Incremental(Watches(tmp_path), None, 3600.0)
+
+    def desired(owners: frozenset[str]) -> Any:
+        scope = Scope({"ovn": Watch()}, owners, before, held, frozenset({"polled"}),
+                      order=("ovn", "polled"))
+        return incremental.reading("files", scope).desired(head, moved, ["ovn"])
+
+    everything = render_desired(head, moved)
+    owners = changed_owners(before, everything)
+    assert "ComputeInstance/acme/web-1" in owners
+    with pytest.raises(Rescope):
+        desired(owners - {"ComputeInstance/acme/web-1"})
+    found = desired(owners)
+    assert {o.uid: o for o in found.objects} == {o.uid: o for o in everything.objects}
+    assert incremental.reading("files", Scope({"ovn": Watch()}, frozenset(), before, held)
+                               ).desired(head, dict(held), ["ovn"]) is before, \
+        "the same allocations (another object): the scope's desired state"
+
+
+K8S_NAMESPACES = ("default", "unet-system", "metallb-system", "acme", "initech")
+CUDN_AND_POOLS = ("clusteruserdefinednetworks", "ipaddresspools")
+
+
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every read of the whole Northbound by a session, from now on."""
+    reads: list[str] = []
+    observe = OvnSession.observe
+
+    def counted(self: OvnSession) -> Any:
+        reads.append("observe")
+        return observe(self)
+
+    monkeypatch.setattr(OvnSession, "observe", counted)
+    return reads
 
 
 def test_commits_of_one_tenant_leave_nothing_for_a_full_collection(

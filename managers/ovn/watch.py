@@ -84,7 +84,7 @@ class OvnWatch(Watch):
         self.reconnects = 0
         self._lock = threading.RLock()  # the replica: the thread writes, runs read
         self._index = _Index()
-        self._held: tuple[_Index, int, dict[str, Held]] | None = None  # the last held()
+        self._held: dict[str, Held] | None = None  # the last held()
         self._owners: set[str] = set()
         self._everything = True  # the next plan must be a full one
         self._columns = {table: list(nb.schema.columns_read(table)) for table in MANAGED_COLUMNS}
@@ -126,13 +126,11 @@ class OvnWatch(Watch):
             index = self._index
             if index.stale:
                 index.rebuild(self.rows)
-            if self._held is None or self._held[0] is not index \
-                    or self._held[1] != index.version:
-                held = index.held()
-                if self._held is not None and self._held[2] == held:
-                    held = self._held[2]  # the same object while the same: see Watch.held
-                self._held = (index, index.version, held)
-            return self._held[2]
+            held = index.held()
+            if self._held is not None and held is not self._held and held == self._held:
+                held = self._held  # the same object while the same: see Watch.held
+            self._held = held
+            return held
 
     def sync(self) -> None:
         """Every change committed before this call is in the replica (see the module's
@@ -312,7 +310,13 @@ class _Index:
         self.owner_of: dict[str, str] = {}  # row UUID → owner
         self.allocations: dict[str, list[tuple[str, str]]] = {}  # row UUID → its alloc tags
         self.stale = False  # two rows claimed one key: `rebuild` settles who keeps it
-        self.version = 0  # changes whenever `held()` may give something else
+        # What `held()` gave last, found again only for the rows changed since (`dirty`;
+        # None: every row): what each row records there (its scope, its tags), and how many
+        # rows record each key.
+        self._held: dict[str, Held] | None = None
+        self._dirty: set[str] | None = None
+        self._recorded: dict[str, tuple[str | None, list[tuple[str, str]]]] = {}
+        self._recorders: dict[str, int] = {}
 
     def update(self, table: str, uuid: str, before: Row | None, after: Row | None) -> None:
         old_owner = tag(before, TAG_OWNER) if before is not None else None
@@ -323,10 +327,7 @@ class _Index:
             self.owned.setdefault(new_owner, set()).add((table, uuid))
         found = [(key[len(TAG_ALLOCATION):], value) for key, value in after["external_ids"][1]
                  if key.startswith(TAG_ALLOCATION)] if after is not None else []
-        if before is None or after is None or old_owner != new_owner \
-                or table in PARENT_COLUMNS or found != self.allocations.get(uuid, []) \
-                or tag(before, TAG_KEY) != tag(after, TAG_KEY):
-            self.version += 1  # what held() reads changed
+        self._changed(table, uuid, before, after, old_owner != new_owner)
         self.owner_of.pop(uuid, None)
         self.allocations.pop(uuid, None)
         if after is not None:
@@ -354,27 +355,94 @@ class _Index:
             for child in new - gone:
                 self.parent_of[child] = (uuid, column)
 
+    def _changed(self, table: str, uuid: str, before: Row | None, after: Row | None,
+                 owner: bool) -> None:
+        """The rows whose recorded allocations `held()` must read again: this one, and the
+        children it gains or loses, or all of them when its owner (their scope) or its key
+        changes or it comes or goes."""
+        if self._dirty is None:
+            return
+        self._dirty.add(uuid)
+        whole = owner or before is None or after is None \
+            or tag(before, TAG_KEY) != tag(after, TAG_KEY)
+        for column in PARENT_COLUMNS.get(table, ()):
+            gone = set(atoms(before[column])) if before is not None else set()
+            new = set(atoms(after[column])) if after is not None else set()
+            self._dirty |= (gone | new) if whole else (gone ^ new)
+
     def rebuild(self, rows: dict[str, dict[str, str]]) -> None:
         """Keys as a read of every row gives them (codec.keys_of: the first by UUID keeps a
         key two rows claim)."""
         self.key_of, self.uuids = keys_of({table: [_decoded(text) for text in found.values()]
                                          for table, found in rows.items()})
         self.stale = False
-        self.version += 1
+        self._dirty = None
 
     def held(self) -> dict[str, Held]:
         """As reconciler.objects.observed_allocations finds them: a value's scope is the
-        owner of the row's parent (unknown when rows of two scopes record it)."""
+        owner of the row's parent (unknown when rows of two scopes record it). The same
+        object while it stays the same; after a change, found again from the rows changed,
+        unless one of their keys is recorded by other rows too."""
+        if self._held is None or self._dirty is None:
+            return self._held_anew()
+        dirty, self._dirty = self._dirty, set()
+        changed: dict[str, Held | None] = {}
+        for uuid in dirty:
+            old = self._recorded.pop(uuid, None)
+            new = self._recording(uuid)
+            if new is not None:
+                self._recorded[uuid] = new
+            if old == new:
+                continue
+            for key, _value in old[1] if old is not None else ():
+                self._recorders[key] -= 1
+                if not self._recorders[key]:
+                    del self._recorders[key]
+                changed.setdefault(key, None)
+            if new is not None:
+                scope, found = new
+                for key, value in found:
+                    self._recorders[key] = self._recorders.get(key, 0) + 1
+                    changed[key] = Held(value, scope)
+        if any(self._recorders.get(key, 0) != (held is not None)
+               for key, held in changed.items()):
+            return self._held_anew()  # a key of several rows: their order decides
+        last = self._held
+        if all(last.get(key) == held for key, held in changed.items()):
+            return last
+        out = dict(last)
+        for key, held in changed.items():
+            if held is None:
+                out.pop(key, None)
+            else:
+                out[key] = held
+        self._held = out
+        return out
+
+    def _recording(self, uuid: str) -> tuple[str | None, list[tuple[str, str]]] | None:
+        """The scope and the allocations a row records, as `held()` reads them."""
+        found = self.allocations.get(uuid)
+        if found is None or uuid not in self.key_of:
+            return None  # a row observing would not give (no key)
+        parent = self.parent_of.get(uuid)
+        scope = self.owner_of.get(parent[0]) if parent is not None \
+            and parent[0] in self.key_of else None
+        return scope, found
+
+    def _held_anew(self) -> dict[str, Held]:
         out: dict[str, Held] = {}
-        for uuid, found in self.allocations.items():
-            if uuid not in self.key_of:
-                continue  # a row observing would not give (no key)
-            parent = self.parent_of.get(uuid)
-            scope = self.owner_of.get(parent[0]) if parent is not None \
-                and parent[0] in self.key_of else None
+        self._recorded, self._recorders, self._dirty = {}, {}, set()
+        for uuid in self.allocations:
+            recorded = self._recording(uuid)
+            if recorded is None:
+                continue
+            self._recorded[uuid] = recorded
+            scope, found = recorded
             for key, value in found:
                 seen = out.get(key)
                 out[key] = Held(value, scope if seen is None or seen.scope == scope else None)
+                self._recorders[key] = self._recorders.get(key, 0) + 1
+        self._held = out
         return out
 
     def parents(self, uuids: Iterable[str]) -> dict[str, tuple[str, str]]:

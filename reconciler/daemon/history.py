@@ -48,7 +48,7 @@ class Run:
     errors: int = 0                   # error diagnostics of the revision (invalid)
     diagnostics: list[dict[str, Any]] = field(default_factory=list)  # the first few
     resources: dict[str, int] = field(default_factory=dict)   # manifests by kind (reconciled)
-    scope: str | None = None          # what was planned: "full", "N owners"; None: nothing
+    scope: str | None = None  # planned: "full", "N owners" (", M whole": polled); None: nothing
     locked_at: float | None = None    # epoch seconds: backend locks held from ...
     unlocked_at: float | None = None  # ... to (two runs never overlap here)
     duration: float = 0.0

@@ -54,7 +54,7 @@ from .history import (
     short,
     write_atomic,
 )
-from .incremental import Incremental, Scope
+from .incremental import Incremental, Rescope, Scope
 from .metrics import DEFAULT_METRICS_PORT, Metrics
 from .report import exit_code, github_outputs, headline, log_line, markdown_report
 from .watching import Watches
@@ -243,8 +243,12 @@ class Reconciler:
             run.message = "no changes: neither the repo nor the backends changed since the " \
                           "last run"
             return _Outcome()
-        outcome = self._run_engine(head, {"head": revision_info(folder, rev)}, files, scope,
-                                   run)
+        inputs = {"head": revision_info(folder, rev)}
+        try:
+            outcome = self._run_engine(head, inputs, files, scope, run)
+        except Rescope:  # a polled backend's allocations changed: this run plans everything
+            scope = scope.everything()
+            outcome = self._run_engine(head, inputs, files, scope, run)
         plan = outcome.plan
         assert plan is not None
         self.incremental.remember(files, scope, outcome)
@@ -258,7 +262,8 @@ class Reconciler:
         """The run against the backends, reading the replicas where there are."""
         owners = scope.owners
         run.scope = "full" if owners is None else \
-            f"{len(owners)} owner{'' if len(owners) == 1 else 's'}"
+            f"{len(owners)} owner{'' if len(owners) == 1 else 's'}" + "".join(
+                f", {name} whole" for name in sorted(scope.whole))
         options = RunOptions(workdir=self.options.workdir, lock_timeout=self.options.lock_timeout,
                              only=self.options.managers, waiting=_log_waiting)
         self.incremental.since = None  # until this run has ended well

@@ -2,9 +2,12 @@
 repo names its managers, kept for the life of the daemon, opened again when the managers
 or their configs change.
 
-Watching needs every manager of the run to have a change feed (`Session.watch`) and no
-manager read only for its allocations (a hosting cluster's k8s manager without its fabric):
-otherwise the daemon reads the backends on every run, as `--once` does.
+Watching is decided per manager: a manager whose backend has a change feed
+(`Manager.watchable`, `Session.watch`) is watched, whether the run plans it or reads it
+only for its allocations (a hosting cluster's k8s manager run without its fabric reads
+the fabric's); the others are read on every run (polled), as `--once` reads them. One
+manager that cannot be watched does not stop the others from being watched. While a
+replica's feed is down, the daemon reads every backend on every run.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import contextlib
 import json
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from unet.reconciler.objects import Held
@@ -29,32 +32,36 @@ class Watches:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.watches: dict[str, Watch] = {}
-        self.unsupported: str | None = None  # why the daemon polls instead
+        self.polled: frozenset[str] = frozenset()  # read on every run: no change feed
         self._key: str | None = None
         self._stack = contextlib.ExitStack()
         self._relays: list[threading.Thread] = []
         self.wake = threading.Event()  # a change arrived in some replica
-        self._held: tuple[list[Mapping[str, Held]], dict[str, Held]] | None = None
+        self._held = HeldMerge()
 
     def follow(self, managers: Mapping[str, Manager], readers: Mapping[str, Manager]
                ) -> dict[str, Watch]:
-        """The replicas of these managers' backends (opened now if need be); {} when they
-        cannot be watched, or a replica's feed is down: the run then reads the backends."""
-        key = json.dumps({name: [type(m).__name__, m.config.model_dump(mode="json")]
-                          for name, m in sorted(managers.items())}, sort_keys=True)
+        """The replicas of the backends of these managers (planned) and readers (read for
+        their allocations) that have a change feed, opened now if need be; {} when a
+        replica's feed is down or cannot be opened: the run then reads every backend."""
+        key = json.dumps({name: [type(m).__name__, name in readers,
+                                 m.config.model_dump(mode="json")]
+                          for name, m in sorted({**managers, **readers}.items())},
+                         sort_keys=True)
         if key != self._key:
             self.close()
-            unwatchable = sorted(name for name, m in managers.items() if not m.watchable)
-            self.unsupported = \
-                f"the backend of {', '.join(unwatchable)} has no change feed" if unwatchable \
-                else "a manager is read for its allocations only" if readers else None
-            if self.unsupported is None:
-                self._open(managers)
-            else:
-                _log(f"not watching: {self.unsupported}; reading the backends on every run")
-            if self.watches or self.unsupported is not None:
+            everyone = {**managers, **readers}
+            watchable = sorted(name for name, m in everyone.items() if m.watchable)
+            self.polled = frozenset(everyone) - frozenset(watchable)
+            if self.polled:
+                _log(f"reading {', '.join(sorted(self.polled))} on every run: "
+                     f"{'its backend has' if len(self.polled) == 1 else 'their backends have'}"
+                     " no change feed" + (f"; watching {', '.join(watchable)}"
+                                          if watchable else ""))
+            self._open({name: everyone[name] for name in watchable})
+            if self.watches or not watchable:
                 self._key = key  # else not reachable now: the next run tries again
-        if self.unsupported is not None or any(w.failure for w in self.watches.values()):
+        if any(w.failure for w in self.watches.values()):
             return {}
         return dict(self.watches)
 
@@ -79,7 +86,8 @@ class Watches:
                 self.wake.set()
 
     def changes(self) -> frozenset[str] | None:
-        """Owners whose backend objects changed since the last call; None: plan everything."""
+        """Owners whose watched objects changed since the last call; None: plan
+        everything."""
         owners: set[str] = set()
         everything = False
         for watch in self.watches.values():
@@ -90,23 +98,14 @@ class Watches:
                 owners |= found
         return None if everything or not self.watches else frozenset(owners)
 
-    def held(self) -> Mapping[str, Held]:
-        """The allocations the replicas' objects record (as a read of them all finds); the
-        same object while they stay the same."""
-        found = [watch.held() for _name, watch in sorted(self.watches.items())]
-        if len(found) == 1:
-            return found[0]
-        if self._held is not None and all(a is b for a, b in zip(self._held[0], found,
-                                                                   strict=True)):
-            return self._held[1]
-        out: dict[str, Held] = {}
-        for _name, watch in sorted(self.watches.items()):
-            for key, held in watch.held().items():
-                seen = out.get(key)
-                out[key] = held if seen is None or seen.scope == held.scope else \
-                    Held(held.value, None)
-        self._held = (found, out)
-        return out
+    def held(self, polled: Mapping[str, Mapping[str, Held]], order: Sequence[str]
+             ) -> Mapping[str, Held]:
+        """The allocations the backends record (as a read of them all finds): the
+        replicas', and `polled`'s (each polled manager's, as its last read found them),
+        taken in `order` (the engine's: the managers', then the readers'); the same object
+        while they stay the same."""
+        return self._held([self.watches[name].held() if name in self.watches
+                           else polled[name] for name in order])
 
     def close(self) -> None:
         """The replicas closed, and the threads that relay their news ended."""
@@ -116,6 +115,30 @@ class Watches:
         self._relays = []
         self._stack.close()
         self._stack = contextlib.ExitStack()
+
+
+class HeldMerge:
+    """The allocations several backends record, merged as a read of them all merges them
+    (objects.observed_allocations: a value recorded with two scopes has none); the last
+    merge again while every part is the same object."""
+
+    def __init__(self) -> None:
+        self._last: tuple[list[Mapping[str, Held]], Mapping[str, Held]] | None = None
+
+    def __call__(self, parts: list[Mapping[str, Held]]) -> Mapping[str, Held]:
+        if len(parts) == 1:
+            return parts[0]
+        if self._last is not None and len(self._last[0]) == len(parts) \
+                and all(a is b for a, b in zip(self._last[0], parts, strict=True)):
+            return self._last[1]
+        out: dict[str, Held] = {}
+        for part in parts:
+            for key, held in part.items():
+                seen = out.get(key)
+                out[key] = held if seen is None or seen.scope == held.scope else \
+                    Held(held.value, None)
+        self._last = (parts, out)
+        return out
 
 
 def _log(message: str) -> None:
