@@ -20,10 +20,18 @@ server's own work.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from unet.managers.sdk import TAG_INSTALLATION, ApplyOutcome, Change, ProgressFactory, Step
+from unet.managers.sdk import (
+    TAG_INSTALLATION,
+    TAG_OWNER,
+    TAG_REGIONS,
+    ApplyOutcome,
+    Change,
+    ProgressFactory,
+    Step,
+)
 
 from .codec import (
     LABEL_COLUMNS,
@@ -33,6 +41,7 @@ from .codec import (
     keys_of,
     label,
     rows_inside,
+    tag,
     to_object,
     unnamed_inside,
 )
@@ -43,6 +52,10 @@ from .tls import TlsClient
 from .transaction import Transaction, chunks
 
 __all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "OvnError", "OvnObservation"]
+
+#: Of a shard's run: the keys it claims of {key: (owner, regions tag, parent key)}
+#: (reconciler/shard.py, Ownership.claimed).
+Claims = Callable[[Mapping[str, tuple[str, str | None, str | None]]], set[str]]
 
 #: Seconds a waiter for a held lock stays queued before it asks again.
 _HOLD_POLL = 5.0
@@ -99,20 +112,25 @@ class Northbound:
         return rpc
 
     # -- observe ----------------------------------------------------------------------------
-    def observe(self, installation: str, manager: str) -> OvnObservation:
-        """The installation's rows as objects, and the names of everyone else's rows."""
+    def observe(self, installation: str, manager: str, claims: Claims | None = None
+                ) -> OvnObservation:
+        """The installation's rows as objects, and the names of everyone else's rows. With
+        `claims` (a shard's run), only the rows it claims are read as ours; the others
+        are, to this run, rows of others."""
         operations = [_select(table, installation, self.schema.columns_read(table))
                       for table in MANAGED_COLUMNS]
         operations += [_select(table, installation) for table in NAMED_TABLES]
         results = self.fence(installation).read(operations)
-        ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
+        everything = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
+        ours = everything if claims is None else _claimed(everything, claims)
         names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
         key_of, uuids = keys_of(ours)
         inside = {row["_uuid"][1]: found for table in self.schema.holding for row in ours[table]
                   if (found := rows_inside(self.schema, table, row, key_of))}
         described = self.describe(installation, {child for found in inside.values()
                                                  for child in found})
-        parent_of = _parents(ours, key_of)
+        parent_of = _parents(ours, key_of) if claims is None else \
+            _parents_across(everything, ours, uuids)
         objects = [to_object(self.schema, table, row, key_of, parent_of, manager,
                              tuple(sorted(described[c] for _t, c in inside.get(uuid, ()))))
                    for table in sorted(ours) for row in ours[table]
@@ -280,6 +298,33 @@ def _select(table: str, installation: str, columns: Sequence[str] | None = None
            ["map", [[TAG_INSTALLATION, installation]]]]
     return {"op": "select", "table": table, "where": [tag],
             "columns": ["_uuid", *columns] if columns is not None else ["_uuid", "name"]}
+
+
+def _claimed(ours: dict[str, list[Row]], claims: Claims) -> dict[str, list[Row]]:
+    """The rows `claims` keeps of `ours` (a shard's), asked of each row's owner and
+    regions tags and its parent (all by UUID)."""
+    parent_of = {child: row["_uuid"][1] for table, columns in PARENT_COLUMNS.items()
+                 for row in ours[table] for column in columns for child in atoms(row[column])}
+    entries = {(uuid := row["_uuid"][1]): (tag(row, TAG_OWNER) or "", tag(row, TAG_REGIONS),
+                                           parent_of.get(uuid))
+               for rows in ours.values() for row in rows}
+    keep = claims(entries)
+    return {table: [row for row in rows if row["_uuid"][1] in keep]
+            for table, rows in ours.items()}
+
+
+def _parents_across(everything: dict[str, list[Row]], ours: dict[str, list[Row]],
+                    uuids: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """`_parents` of a shard's rows (`ours`), whose parent may be another shard's row (a
+    tenant's port on the switch of a region it left): such a parent is added to `uuids`,
+    for the apply that takes the port out of it; it is never one of the shard's objects."""
+    all_keys, all_uuids = keys_of(everything)
+    mine = {row["_uuid"][1] for rows in ours.values() for row in rows}
+    parent_of = {child: found for child, found in _parents(everything, all_keys).items()
+                 if child in mine}
+    for key, _column in parent_of.values():
+        uuids.setdefault(key, all_uuids[key])
+    return parent_of
 
 
 def _parents(ours: dict[str, list[Row]], key_of: dict[str, str]
