@@ -142,8 +142,8 @@ def plan(args: argparse.Namespace) -> int:
     if args.base is not None:
         if args.region:
             raise ApplyError("a plan between two revisions is of the whole repo: it shows "
-                             "every shard's part of the merge (docs/performance.md, "
-                             "\"Shards\"); leave out --region")
+                             "every shard's part of the merge (docs/shards.md); leave "
+                             "out --region")
         return _plan_between(args)
     inputs = _inputs(args, args.path, args.rev)
     head = _validated_head(args, args.path, args.rev, plan=("live", inputs))

@@ -22,7 +22,7 @@ the shards share one backend and one installation:
   own that holds one is not deleted (HOLDS_FOREIGN_OBJECTS).
 
 What a shard cannot check is what lies between shards: the whole repo's validation
-(the pull request's) does. docs/performance.md, "Shards", says how to run them.
+(the pull request's) does. docs/shards.md says how to run them.
 """
 
 from __future__ import annotations

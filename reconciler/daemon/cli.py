@@ -89,7 +89,7 @@ def add_region_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", action="append", metavar="NAME",
                         help="run as the shard of these regions (repeatable): read only "
                              "provider/ and the tenants of these regions, and change only "
-                             "their rows (docs/performance.md, \"Shards\")")
+                             "their rows (docs/shards.md)")
 
 
 def _daemon_arguments(parser: argparse.ArgumentParser) -> None:
