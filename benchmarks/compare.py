@@ -209,7 +209,7 @@ def compare_shard(fx: Fixture, shard: Result, whole: Result) -> Comparison:
     what matters is its peak memory, a share of the whole's."""
     ratio = shard.peak_mib / whole.peak_mib if whole.peak_mib else 0.0
     return Comparison(
-        f"{whole.stage}: shard vs the whole repo", fx.tenants, STAGES[shard.stage].title,
+        f"{shard.stage} vs {whole.stage}", fx.tenants, STAGES[shard.stage].title,
         STAGES[whole.stage].title, shard.wall_s, shard.cpu_s, whole.wall_s, whole.cpu_s,
         shard.server_cpu_s, whole.server_cpu_s, ok=shard.ok and whole.ok,
         note=f"peak {shard.peak_mib:,.0f} MiB vs {whole.peak_mib:,.0f} MiB: ×{ratio:.2f} of "

@@ -215,15 +215,6 @@ CODES: dict[str, CodeInfo] = {
     "PLUGIN_CONFIG_INVALID": CodeInfo(
         "Classes and managers", _E, "the plugin rejected its config"
     ),
-    "SHARD_SPLITS_TENANT": CodeInfo(
-        "Classes and managers", _E,
-        "a run of a shard (`--region`): a Tenant has regions both in and outside the shard"
-    ),
-    "SHARD_SPLITS_MANAGER": CodeInfo(
-        "Classes and managers", _E,
-        "a run of a shard (`--region`): a k8s NetworkManager serves regions both in and "
-        "outside the shard (its segment ids span them)"
-    ),
     # Guardrails
     "GUARDRAIL_DENIED": CodeInfo(
         "Guardrails", _E, "a deny Guardrail matches a way in to a workload NIC (a source "
@@ -244,6 +235,15 @@ CODES: dict[str, CodeInfo] = {
         "Between two revisions (PR mode) and at plan time",
         _E,
         "the plan would delete or replace a protected object",
+    ),
+    "SHARD_SPLITS_TENANT": CodeInfo(
+        "Between two revisions (PR mode) and at plan time", _E,
+        "a run of a shard (`--region`): a Tenant has regions both in and outside the shard"
+    ),
+    "SHARD_SPLITS_MANAGER": CodeInfo(
+        "Between two revisions (PR mode) and at plan time", _E,
+        "a run of a shard (`--region`): a k8s NetworkManager serves regions both in and "
+        "outside the shard (its segment ids span them)"
     ),
     "PRUNE_DISABLED": CodeInfo(
         "Between two revisions (PR mode) and at plan time",

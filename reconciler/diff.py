@@ -155,8 +155,9 @@ def _field_changes(have: BackendObject, want: BackendObject) -> list[FieldChange
     if _same(have, want):  # nearly every row of a large plan: skip building copies
         return []
     before, after = _comparable(have), _comparable(want)
-    if _regions_moved(have, want):  # a row of a tenant that moved to another shard
-        before["meta"][TAG_REGIONS] = have.meta[TAG_REGIONS]
+    if _regions_moved(have, want):  # a row of a tenant that moved, or written unsharded
+        if TAG_REGIONS in have.meta:
+            before["meta"][TAG_REGIONS] = have.meta[TAG_REGIONS]
         after["meta"][TAG_REGIONS] = want.meta[TAG_REGIONS]
     if before == after:
         return []
@@ -180,11 +181,12 @@ def _same(have: BackendObject, want: BackendObject) -> bool:
 
 
 def _regions_moved(have: BackendObject, want: BackendObject) -> bool:
-    """A shard's row that records other regions than its owner's now (its tenant moved to
-    another shard): written again, so that it says whose it is. A row that records none
-    (written without shards) is not written for that alone."""
-    old, new = have.meta.get(TAG_REGIONS), want.meta.get(TAG_REGIONS)
-    return old is not None and new is not None and old != new
+    """A shard's row that records other regions than its owner's now, or none: written
+    again (its tenant moved to another shard; it was written without shards, once), so
+    that it says whose it is, and a shard finds it among its own (reconciler/shard.py).
+    A run without shards never writes a row for its regions."""
+    new = want.meta.get(TAG_REGIONS)
+    return new is not None and have.meta.get(TAG_REGIONS) != new
 
 
 #: Tags that are never a reason to write a row: the hash, and what is written with a row

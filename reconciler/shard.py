@@ -173,6 +173,13 @@ class Ownership:
             return None
         return bool(self.shard.holds(regions))
 
+    def values(self) -> list[str]:
+        """The regions tags the shard's rows record: its tenants' region sets and its
+        regions (of the provider's rows)."""
+        tenants = {",".join(sorted(regions)) for regions in self.tenant_regions.values()
+                   if regions and self.shard.holds(regions)}
+        return sorted(tenants | set(self.shard.regions))
+
     def tag(self, owner: str) -> str | None:
         regions = self.regions_of(owner)
         return ",".join(sorted(regions)) if regions else None

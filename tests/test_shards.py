@@ -258,3 +258,33 @@ def _move_to_region_a(repo: Path, tenant: str) -> None:
         text = path.read_text().replace("region-b", "region-a")
         text = text.replace("standard-b", "standard-a").replace("public-b-", "public-a-")
         path.write_text(re.sub(r"\n  address: .*", "", text))  # of the pool it leaves
+
+
+# --- a watching daemon of one shard ---------------------------------------------------------
+
+
+def test_a_shards_daemon_repairs_its_rows_and_leaves_the_others(repo: Path, lab: Any,
+                                                                tmp_path: Path) -> None:
+    """The daemon of region-a watches the Northbound (its replica holds every row of the
+    installation): it repairs a hand edit of its own rows, and leaves one of region-b's."""
+    from unet.reconciler.daemon.loop import Options, Reconciler
+
+    config = repo / "unet.yaml"
+    config.write_text(config.read_text().replace("reconcile: report", "reconcile: repair"))
+    _shard_apply(repo, A)
+    _shard_apply(repo, B)
+    daemon = Reconciler(Options(path=repo, state_dir=tmp_path / "state", workdir=tmp_path,
+                                managers=["ovn"], watch=True, regions=list(A)))
+    try:
+        first = daemon.run_once()
+        assert first.result == "ok", first.message
+        mine, theirs = (f"unet.{_tenant(1)}.web", f"unet.{_tenant(2)}.web")
+        for switch in (mine, theirs):
+            lab.nbctl("set", "Logical_Switch", switch, "other_config:edited=by-hand")
+        run = daemon.run_once()
+        assert run.result == "applied", run.message
+        assert "edited" not in lab.nbctl("get", "Logical_Switch", mine, "other_config")
+        assert "edited" in lab.nbctl("get", "Logical_Switch", theirs, "other_config")
+    finally:
+        if daemon.watches is not None:
+            daemon.watches.close()

@@ -145,8 +145,7 @@ class OvnSession(Session):
         return self.nb.hold(f"unet_{self.installation}{shard}_{name}")
 
     def observe(self) -> OvnObservation:
-        claims = self.ownership.claimed if self.ownership is not None else None
-        observation = self.nb.observe(self.installation, self.manager, claims)
+        observation = self.nb.observe(self.installation, self.manager, self.ownership)
         observation.applied_digest = self.nb.global_tag(self.installation, self._applied_tag)
         return observation
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from unet.managers.sdk import (
     TAG_INSTALLATION,
@@ -53,9 +53,16 @@ from .transaction import Transaction, chunks
 
 __all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "OvnError", "OvnObservation"]
 
-#: Of a shard's run: the keys it claims of {key: (owner, regions tag, parent key)}
-#: (reconciler/shard.py, Ownership.claimed).
-Claims = Callable[[Mapping[str, tuple[str, str | None, str | None]]], set[str]]
+
+
+class Claims(Protocol):
+    """Of a shard's run (reconciler/shard.py, Ownership): the regions its rows record, and
+    which rows it claims of {UUID: (owner, regions tag, parent UUID)}."""
+
+    def values(self) -> list[str]: ...
+
+    def claimed(self, entries: Mapping[str, tuple[str, str | None, str | None]]) -> set[str]: ...
+
 
 #: Seconds a waiter for a held lock stays queued before it asks again.
 _HOLD_POLL = 5.0
@@ -115,22 +122,25 @@ class Northbound:
     def observe(self, installation: str, manager: str, claims: Claims | None = None
                 ) -> OvnObservation:
         """The installation's rows as objects, and the names of everyone else's rows. With
-        `claims` (a shard's run), only the rows it claims are read as ours; the others
-        are, to this run, rows of others."""
-        operations = [_select(table, installation, self.schema.columns_read(table))
-                      for table in MANAGED_COLUMNS]
-        operations += [_select(table, installation) for table in NAMED_TABLES]
-        results = self.fence(installation).read(operations)
-        everything = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
-        ours = everything if claims is None else _claimed(everything, claims)
-        names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
-        key_of, uuids = keys_of(ours)
+        `claims` (a shard's run), only the rows it claims are read as ours (`_shard_rows`);
+        the others are, to this run, rows of others."""
+        if claims is None:
+            operations = [_select(table, installation, self.schema.columns_read(table))
+                          for table in MANAGED_COLUMNS]
+            operations += [_select(table, installation) for table in NAMED_TABLES]
+            results = self.fence(installation).read(operations)
+            ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
+            names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
+            key_of, uuids = keys_of(ours)
+            parent_of = _parents(ours, key_of)
+        else:
+            ours, names, parent_of, uuids = self._shard_rows(installation, claims)
+            key_of, own = keys_of(ours)
+            uuids.update(own)
         inside = {row["_uuid"][1]: found for table in self.schema.holding for row in ours[table]
                   if (found := rows_inside(self.schema, table, row, key_of))}
         described = self.describe(installation, {child for found in inside.values()
                                                  for child in found})
-        parent_of = _parents(ours, key_of) if claims is None else \
-            _parents_across(everything, ours, uuids)
         objects = [to_object(self.schema, table, row, key_of, parent_of, manager,
                              tuple(sorted(described[c] for _t, c in inside.get(uuid, ()))))
                    for table in sorted(ours) for row in ours[table]
@@ -140,6 +150,42 @@ class Northbound:
                                                      inside.get(row["_uuid"][1], [])))
         foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
         return OvnObservation(objects, None, manager, foreign, children, uuids)
+
+    def _shard_rows(self, installation: str, claims: Claims
+                    ) -> tuple[dict[str, list[Row]], dict[str, list[Row]],
+                               dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+        """A shard's rows, selected on the server by the regions they record: in full the
+        rows that record one of the shard's (`claims.values`), and of the others only their
+        tags and children, to tell which of them the shard still claims (written without
+        shards, or of a tenant that moved in): those are read again in full, when there
+        are any. Returns the shard's rows, everyone else's names, the parent (key, column)
+        of each of the shard's rows, and the (table, UUID) of the parents that are not
+        the shard's (a moved tenant's port on the switch of the region it left)."""
+        values = claims.values()
+        operations = [_select(table, installation, self.schema.columns_read(table), value)
+                      for table in MANAGED_COLUMNS for value in values]
+        operations += [_select_others(table, installation, values) for table in MANAGED_COLUMNS]
+        operations += [_select(table, installation) for table in NAMED_TABLES]
+        results = self.fence(installation).read(operations)
+        per_table = len(values)
+        own = {table: [row for found in results[i * per_table:(i + 1) * per_table]
+                       for row in found] for i, table in enumerate(MANAGED_COLUMNS)}
+        done = per_table * len(MANAGED_COLUMNS)
+        others = dict(zip(MANAGED_COLUMNS, results[done:done + len(MANAGED_COLUMNS)],
+                          strict=True))
+        names = dict(zip(NAMED_TABLES, results[done + len(MANAGED_COLUMNS):], strict=True))
+        everything = {table: own[table] + others[table] for table in MANAGED_COLUMNS}
+        keep = claims.claimed(_entries(everything))
+        ours = {table: [row for row in own[table] if row["_uuid"][1] in keep]
+                for table in MANAGED_COLUMNS}
+        if any(row["_uuid"][1] in keep for rows in others.values() for row in rows):
+            full = self.fence(installation).read(
+                [_select_others(table, installation, values, self.schema.columns_read(table))
+                 for table in MANAGED_COLUMNS])
+            for table, rows in zip(MANAGED_COLUMNS, full, strict=True):
+                ours[table] += [row for row in rows if row["_uuid"][1] in keep]
+        parent_of, parents = _parents_across(everything, keep)
+        return ours, names, parent_of, parents
 
     def describe(self, installation: str, rows: set[tuple[str, str]]) -> dict[str, str]:
         """UUID → how people know each of these rows of others, (table, UUID) each (one
@@ -291,40 +337,49 @@ class Northbound:
                     return
 
 
-def _select(table: str, installation: str, columns: Sequence[str] | None = None
-            ) -> dict[str, Any]:
-    """The installation's rows with `columns`; without, the names of everyone else's rows."""
-    tag = ["external_ids", "includes" if columns is not None else "excludes",
-           ["map", [[TAG_INSTALLATION, installation]]]]
+def _select(table: str, installation: str, columns: Sequence[str] | None = None,
+            regions: str | None = None) -> dict[str, Any]:
+    """The installation's rows with `columns` (those that record `regions`, when given);
+    without columns, the names of everyone else's rows."""
+    tags = [[TAG_INSTALLATION, installation], *([[TAG_REGIONS, regions]] if regions else [])]
+    tag = ["external_ids", "includes" if columns is not None else "excludes", ["map", tags]]
     return {"op": "select", "table": table, "where": [tag],
             "columns": ["_uuid", *columns] if columns is not None else ["_uuid", "name"]}
 
 
-def _claimed(ours: dict[str, list[Row]], claims: Claims) -> dict[str, list[Row]]:
-    """The rows `claims` keeps of `ours` (a shard's), asked of each row's owner and
-    regions tags and its parent (all by UUID)."""
+def _select_others(table: str, installation: str, values: Sequence[str],
+                   columns: Sequence[str] | None = None) -> dict[str, Any]:
+    """The installation's rows that record none of the regions `values`: with `columns`,
+    or with their tags and the rows they hold only (what tells whose they are)."""
+    where = [["external_ids", "includes", ["map", [[TAG_INSTALLATION, installation]]]],
+             *(["external_ids", "excludes", ["map", [[TAG_REGIONS, value]]]]
+               for value in values)]
+    read = columns if columns is not None else ("external_ids", *PARENT_COLUMNS.get(table, ()))
+    return {"op": "select", "table": table, "where": where, "columns": ["_uuid", *read]}
+
+
+def _entries(rows: dict[str, list[Row]]) -> dict[str, tuple[str, str | None, str | None]]:
+    """What `Claims.claimed` asks of each row (by UUID): its owner and regions tags and its
+    parent's UUID."""
     parent_of = {child: row["_uuid"][1] for table, columns in PARENT_COLUMNS.items()
-                 for row in ours[table] for column in columns for child in atoms(row[column])}
-    entries = {(uuid := row["_uuid"][1]): (tag(row, TAG_OWNER) or "", tag(row, TAG_REGIONS),
-                                           parent_of.get(uuid))
-               for rows in ours.values() for row in rows}
-    keep = claims(entries)
-    return {table: [row for row in rows if row["_uuid"][1] in keep]
-            for table, rows in ours.items()}
+                 for row in rows[table] for column in columns for child in atoms(row[column])}
+    return {(uuid := row["_uuid"][1]): (tag(row, TAG_OWNER) or "", tag(row, TAG_REGIONS),
+                                        parent_of.get(uuid))
+            for found in rows.values() for row in found}
 
 
-def _parents_across(everything: dict[str, list[Row]], ours: dict[str, list[Row]],
-                    uuids: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    """`_parents` of a shard's rows (`ours`), whose parent may be another shard's row (a
-    tenant's port on the switch of a region it left): such a parent is added to `uuids`,
-    for the apply that takes the port out of it; it is never one of the shard's objects."""
+def _parents_across(everything: dict[str, list[Row]], keep: set[str]
+                    ) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+    """`_parents` of a shard's rows (UUIDs `keep`) among all the rows read, and the
+    (table, UUID) of those parents that are not the shard's (a tenant's port on the switch
+    of a region it left): the apply that takes the port out needs them; they are never
+    the shard's objects."""
     all_keys, all_uuids = keys_of(everything)
-    mine = {row["_uuid"][1] for rows in ours.values() for row in rows}
     parent_of = {child: found for child, found in _parents(everything, all_keys).items()
-                 if child in mine}
-    for key, _column in parent_of.values():
-        uuids.setdefault(key, all_uuids[key])
-    return parent_of
+                 if child in keep}
+    theirs = {key: all_uuids[key] for key, _column in parent_of.values()
+              if all_uuids[key][1] not in keep}
+    return parent_of, theirs
 
 
 def _parents(ours: dict[str, list[Row]], key_of: dict[str, str]
