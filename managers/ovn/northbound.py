@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from unet.managers.sdk import (
     TAG_INSTALLATION,
+    TAG_KEY,
     TAG_OWNER,
     TAG_REGIONS,
     ApplyOutcome,
@@ -154,38 +155,49 @@ class Northbound:
     def _shard_rows(self, installation: str, claims: Claims
                     ) -> tuple[dict[str, list[Row]], dict[str, list[Row]],
                                dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
-        """A shard's rows, selected on the server by the regions they record: in full the
-        rows that record one of the shard's (`claims.values`), and of the others only their
-        tags and children, to tell which of them the shard still claims (written without
-        shards, or of a tenant that moved in): those are read again in full, when there
-        are any. Returns the shard's rows, everyone else's names, the parent (key, column)
-        of each of the shard's rows, and the (table, UUID) of the parents that are not
-        the shard's (a moved tenant's port on the switch of the region it left)."""
+        """A shard's rows, selected on the server by the regions they record: in one
+        transaction, in full, the rows that record one of the shard's (`claims.values`);
+        then, a table at a time (and kept only as `_Brief`s), the tags and children of the
+        others, which tell whether the shard still claims some of them (written without
+        shards, of a tenant that moved in): those are read again in full. Returns the
+        shard's rows, everyone else's names, the parent (key, column) of each of the
+        shard's rows, and the (table, UUID) of those parents that are not the shard's (a
+        moved tenant's port on the switch of the region it left)."""
         values = claims.values()
         operations = [_select(table, installation, self.schema.columns_read(table), value)
                       for table in MANAGED_COLUMNS for value in values]
-        operations += [_select_others(table, installation, values) for table in MANAGED_COLUMNS]
         operations += [_select(table, installation) for table in NAMED_TABLES]
         results = self.fence(installation).read(operations)
         per_table = len(values)
         own = {table: [row for found in results[i * per_table:(i + 1) * per_table]
                        for row in found] for i, table in enumerate(MANAGED_COLUMNS)}
-        done = per_table * len(MANAGED_COLUMNS)
-        others = dict(zip(MANAGED_COLUMNS, results[done:done + len(MANAGED_COLUMNS)],
-                          strict=True))
-        names = dict(zip(NAMED_TABLES, results[done + len(MANAGED_COLUMNS):], strict=True))
-        everything = {table: own[table] + others[table] for table in MANAGED_COLUMNS}
-        keep = claims.claimed(_entries(everything))
+        names = dict(zip(NAMED_TABLES, results[per_table * len(MANAGED_COLUMNS):],
+                         strict=True))
+        briefs = {row["_uuid"][1]: _brief(table, row) for table in MANAGED_COLUMNS
+                  for row in own[table]}
+        for table in MANAGED_COLUMNS:  # one at a time: only one table's tags decoded at once
+            found = self.fence(installation).read([_select_others(table, installation,
+                                                                  values)])[0]
+            briefs.update((row["_uuid"][1], _brief(table, row)) for row in found)
+        parent_of = {child: (uuid, column) for uuid, brief in briefs.items()
+                     for column, child in brief.children}
+        keep = claims.claimed({uuid: (brief.owner, brief.regions,
+                                      parent_of.get(uuid, (None, ""))[0])
+                               for uuid, brief in briefs.items()})
         ours = {table: [row for row in own[table] if row["_uuid"][1] in keep]
                 for table in MANAGED_COLUMNS}
-        if any(row["_uuid"][1] in keep for rows in others.values() for row in rows):
+        if len(keep) > sum(map(len, ours.values())):  # some of the others are the shard's
             full = self.fence(installation).read(
                 [_select_others(table, installation, values, self.schema.columns_read(table))
                  for table in MANAGED_COLUMNS])
             for table, rows in zip(MANAGED_COLUMNS, full, strict=True):
                 ours[table] += [row for row in rows if row["_uuid"][1] in keep]
-        parent_of, parents = _parents_across(everything, keep)
-        return ours, names, parent_of, parents
+        parents = {child: (briefs[uuid].key, column)
+                   for child, (uuid, column) in parent_of.items() if child in keep}
+        theirs = {briefs[uuid].key: (briefs[uuid].table, uuid)
+                  for child, (uuid, _column) in parent_of.items()
+                  if child in keep and uuid not in keep}
+        return ours, names, parents, theirs
 
     def describe(self, installation: str, rows: set[tuple[str, str]]) -> dict[str, str]:
         """UUID → how people know each of these rows of others, (table, UUID) each (one
@@ -358,28 +370,21 @@ def _select_others(table: str, installation: str, values: Sequence[str],
     return {"op": "select", "table": table, "where": where, "columns": ["_uuid", *read]}
 
 
-def _entries(rows: dict[str, list[Row]]) -> dict[str, tuple[str, str | None, str | None]]:
-    """What `Claims.claimed` asks of each row (by UUID): its owner and regions tags and its
-    parent's UUID."""
-    parent_of = {child: row["_uuid"][1] for table, columns in PARENT_COLUMNS.items()
-                 for row in rows[table] for column in columns for child in atoms(row[column])}
-    return {(uuid := row["_uuid"][1]): (tag(row, TAG_OWNER) or "", tag(row, TAG_REGIONS),
-                                        parent_of.get(uuid))
-            for found in rows.values() for row in found}
+class _Brief(NamedTuple):
+    """What a shard's read keeps of a row to tell whose it is: its tags and children."""
+
+    table: str
+    key: str
+    owner: str
+    regions: str | None
+    children: tuple[tuple[str, str], ...]  # (column, child UUID)
 
 
-def _parents_across(everything: dict[str, list[Row]], keep: set[str]
-                    ) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
-    """`_parents` of a shard's rows (UUIDs `keep`) among all the rows read, and the
-    (table, UUID) of those parents that are not the shard's (a tenant's port on the switch
-    of a region it left): the apply that takes the port out needs them; they are never
-    the shard's objects."""
-    all_keys, all_uuids = keys_of(everything)
-    parent_of = {child: found for child, found in _parents(everything, all_keys).items()
-                 if child in keep}
-    theirs = {key: all_uuids[key] for key, _column in parent_of.values()
-              if all_uuids[key][1] not in keep}
-    return parent_of, theirs
+def _brief(table: str, row: Row) -> _Brief:
+    return _Brief(table, tag(row, TAG_KEY) or "", tag(row, TAG_OWNER) or "",
+                  tag(row, TAG_REGIONS),
+                  tuple((column, child) for column in PARENT_COLUMNS.get(table, ())
+                        for child in atoms(row[column])))
 
 
 def _parents(ours: dict[str, list[Row]], key_of: dict[str, str]
