@@ -29,6 +29,7 @@ from .compare import (
     compare_daemon,
     compare_observe,
     compare_schema,
+    compare_shard,
 )
 from .daemon import measure_commit, measure_daemon
 from .fixture import Fixture
@@ -39,7 +40,7 @@ from .profiling import profile_stage
 from .report import BAR_TENANTS, print_report, render_markdown
 from .repos import prepared_repo
 from .results import Report, Result, add_growth, combine
-from .stages import CLUSTERED, DAEMON_STAGES, SOURCES, STAGES, ensure_applied
+from .stages import CLUSTERED, DAEMON_STAGES, SHARDED, SOURCES, STAGES, ensure_applied
 from .system import machine
 
 
@@ -180,6 +181,10 @@ def _measure_size(args: argparse.Namespace, fx: Fixture, work: Path, report: Rep
         smallest = fx.tenants == min(args.sizes)
         report.comparisons.append(compare_nbctl(fx, here.get(("apply", "folder")), heavy,
                                                 check_equal=smallest))
+    for shard, whole in SHARDED.items():
+        on_shard, alone = here.get((shard, "folder")), here.get((whole, "folder"))
+        if on_shard is not None and alone is not None:
+            report.comparisons.append(compare_shard(fx, on_shard, alone))
     if "cluster" in compare:
         for clustered, standalone in CLUSTERED.items():
             on_cluster, alone = here.get((clustered, "folder")), here.get((standalone, "folder"))

@@ -204,6 +204,18 @@ def compare_cluster(fx: Fixture, clustered: Result, standalone: Result) -> Compa
              "logs (1: no leader change)", load=clustered.load)
 
 
+def compare_shard(fx: Fixture, shard: Result, whole: Result) -> Comparison:
+    """A shard's stage against the same stage of the whole repo, measured in the same run:
+    what matters is its peak memory, a share of the whole's."""
+    ratio = shard.peak_mib / whole.peak_mib if whole.peak_mib else 0.0
+    return Comparison(
+        f"{shard.stage} vs {whole.stage}", fx.tenants, STAGES[shard.stage].title,
+        STAGES[whole.stage].title, shard.wall_s, shard.cpu_s, whole.wall_s, whole.cpu_s,
+        shard.server_cpu_s, whole.server_cpu_s, ok=shard.ok and whole.ok,
+        note=f"peak {shard.peak_mib:,.0f} MiB vs {whole.peak_mib:,.0f} MiB: ×{ratio:.2f} of "
+             "the unsharded peak", load=shard.load)
+
+
 def compare_daemon(fx: Fixture, daemon: Result, one_shot: Result) -> Comparison:
     """A stage of the daemon against the one-shot stage it replaces, measured in the same
     run (their figures are in the stages' tables too)."""

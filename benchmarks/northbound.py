@@ -43,6 +43,7 @@ class NbServer:
         self.socket = root / "nb.sock"
         self.pidfile = root / "nb.pid"
         self.applied = False  # it holds the live repo, applied
+        self.shards: frozenset[str] = frozenset()  # the regions whose shards applied into it
 
     @property
     def remote(self) -> str:
@@ -68,6 +69,7 @@ class NbServer:
         if self.pid() is None or not self.socket.exists():
             raise BenchError(f"ovsdb-server did not start; see {self.root / 'nb.log'}")
         self.applied = False
+        self.shards = frozenset()
 
     def pid(self) -> int | None:
         try:

@@ -237,6 +237,66 @@ def _verify_no_changes(fx: Fixture) -> str | None:
     return None
 
 
+# --- shards: the two regions of the synthetic repo, each a run of its own ----------------
+
+#: The shards of the synthetic repo (its two regions), in the order they apply.
+SHARDS = ("region-a", "region-b")
+
+
+def _shard_argv(command: str, region: str) -> Callable[[Fixture, str | None], list[str]]:
+    def argv(fx: Fixture, rev: str | None) -> list[str]:
+        return [*_live_argv(command)(fx, rev), "--region", region] if command == "apply" \
+            else ["reconcile", "--once", "--path", str(fx.live), "--manager", "ovn",
+                  "--region", region, "--state-dir", str(fx.state_dir / region)]
+    return argv
+
+
+def _prepare_shard_apply(region: str) -> Callable[[Fixture, str | None], None]:
+    """The shards before this one applied, and no more: a fresh server for the first, the
+    first applied (untimed, when it is not already) for the second."""
+    before = frozenset(SHARDS[:SHARDS.index(region)])
+
+    def prepare(fx: Fixture, rev: str | None) -> None:
+        if fx.nb.shards == before and fx.nb.pid() is not None and not fx.applied:
+            _prepare_validate_cold(fx, rev)
+            return
+        _prepare_apply(fx, rev)
+        for earlier in SHARDS[:SHARDS.index(region)]:
+            run = run_unet(_shard_argv("apply", earlier)(fx, None), fx, f"setup-{earlier}")
+            if not _check_apply(fx, run).ok:
+                raise BenchError(f"the untimed apply of shard {earlier} failed: {run.tail()}")
+            fx.nb.shards |= {earlier}
+        fx.applied = False
+        _prepare_validate_cold(fx, rev)
+
+    return prepare
+
+
+def _check_shard_apply(region: str) -> Callable[[Fixture, Run], Outcome]:
+    def check(fx: Fixture, run: Run) -> Outcome:
+        outcome = _check_apply(fx, run)
+        fx.nb.shards = fx.nb.shards | {region} if outcome.ok else frozenset({"?"})
+        fx.applied = fx.nb.shards == frozenset(SHARDS)  # all of them: the whole repo
+        return outcome
+    return check
+
+
+def _shard_stages() -> dict[str, Stage]:
+    """Per shard: its apply (the shards before it applied) and its no-op reconcile."""
+    out: dict[str, Stage] = {}
+    for region in SHARDS:
+        out[f"apply-shard-{region}"] = Stage(
+            _shard_argv("apply", region), _check_shard_apply(region),
+            prepare=_prepare_shard_apply(region), sources=("folder",), heavy=True,
+            title=f"apply of shard {region} (--region {region}; the shards before it "
+                  "applied)")
+        out[f"reconcile-noop-shard-{region}"] = Stage(
+            _shard_argv("reconcile", region), check_reconcile("ok"),
+            prepare=_prepare_reconcile_noop, sources=("folder",), heavy=True,
+            title=f"reconcile --once of shard {region}, nothing to do")
+    return out
+
+
 STAGES: dict[str, Stage] = {
     "validate": Stage(_validate_argv, _check_validate, prepare=_prepare_validate_cold,
                       title="validate, cold (no cached result)"),
@@ -269,7 +329,11 @@ STAGES: dict[str, Stage] = {
                                     prepare=_prepare_reconcile_noop, sources=("folder",),
                                     heavy=True, backend="cluster",
                                     title="reconcile --once, nothing to do, on the cluster"),
+    **_shard_stages(),
 }
+#: Each shard's stage and the unsharded stage whose peak memory it is compared with.
+SHARDED = {f"{stage}-shard-{region}": stage for region in SHARDS
+           for stage in ("apply", "reconcile-noop")}
 #: The daemon's stages (daemon.py): a long-running `unet reconcile`, not one command per
 #: repetition; each is compared with the one-shot stage it replaces.
 DAEMON_STAGES = {"daemon-repair": "reconcile-drift", "daemon-idle": "reconcile-noop",

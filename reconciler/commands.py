@@ -31,6 +31,7 @@ from .report import (
     summarize,
     use_colour,
 )
+from .shard import Shard
 from .validate import (
     ParsedFiles,
     Validation,
@@ -96,7 +97,7 @@ def _validated_head(args: argparse.Namespace, path: Path, rev: str | None,
     a guardrail forbids is said at the change that opened it."""
     own = parsed_files(path, args.max_file_size, not args.no_cache) if parsed is None \
         else parsed
-    head = validate_repo(path, rev, args.max_file_size, own)
+    head = validate_repo(path, rev, args.max_file_size, own, _shard(args))
     if base is not None and head.violations:
         head = against_base(head, base())
     if parsed is None:
@@ -106,6 +107,20 @@ def _validated_head(args: argparse.Namespace, path: Path, rev: str | None,
         print("unet: the repo has errors; no plan", file=sys.stderr)
         return None
     return head
+
+
+def _shard(args: argparse.Namespace) -> Shard | None:
+    """The shard of `--region` (or of the saved plan being applied), if any."""
+    return Shard.of(getattr(args, "region", None))
+
+
+def _inputs(args: argparse.Namespace, path: Path, rev: str | None) -> dict[str, Any]:
+    """What a live plan records of its input: the revision, and the shard it is of."""
+    inputs: dict[str, Any] = {"head": revision_info(path, rev)}
+    shard = _shard(args)
+    if shard is not None:
+        inputs["shard"] = {"regions": sorted(shard.regions)}
+    return inputs
 
 
 # --- plan -----------------------------------------------------------------------------------
@@ -125,8 +140,12 @@ def _progress(manager: str) -> ProgressFactory:
 
 def plan(args: argparse.Namespace) -> int:
     if args.base is not None:
+        if args.region:
+            raise ApplyError("a plan between two revisions is of the whole repo: it shows "
+                             "every shard's part of the merge (docs/shards.md); leave "
+                             "out --region")
         return _plan_between(args)
-    inputs = {"head": revision_info(args.path, args.rev)}
+    inputs = _inputs(args, args.path, args.rev)
     head = _validated_head(args, args.path, args.rev, plan=("live", inputs))
     if head is None:
         return EXIT_ERROR
@@ -240,7 +259,7 @@ def _apply_repo(args: argparse.Namespace) -> int:
         _print_reports(reports)
         return _approved(plan, args.auto_approve)
 
-    inputs = {"head": revision_info(args.target, args.rev)}
+    inputs = _inputs(args, args.target, args.rev)
     return _applied(engine.run(head, inputs, _options(args, args.target), gate))
 
 
@@ -256,6 +275,7 @@ def _apply_saved(args: argparse.Namespace) -> int:
         raise ApplyError(f"the plan was made from the repo at {path}, which is not here; "
                          "apply it from the folder it was made in")
     rev = head_info.get("commit") if head_info.get("rev") else None
+    args.region = (inputs.get("shard") or {}).get("regions")  # the saved plan's shard
     head = _validated_head(args, path, rev)
     if head is None:
         return EXIT_ERROR

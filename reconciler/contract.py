@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .objects import BackendObject, Held
     from .order import Step
     from .schema import Manifest
+    from .shard import Ownership
 
 #: Seconds between notices that a run still waits for another run's lock.
 WAIT_NOTICE = 10.0
@@ -214,6 +215,11 @@ class Manager:
         self.manager = manager  # the NetworkManager's name: the `manager` of every object
         self.config = config
         self.installation = installation
+        #: Set by the engine for a run of a shard (reconciler/shard.py): which of the
+        #: installation's objects are the shard's. A session may read only those (the
+        #: engine keeps only those of what it observes anyway), and records what it
+        #: applied as the shard's (`ownership.shard.name`), not the installation's.
+        self.ownership: Ownership | None = None
 
     @classmethod
     def config_schema(cls) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from .objects import (
     TAG_IMMUTABLE,
     TAG_IMMUTABLE_FIELDS,
     TAG_PROTECTED,
+    TAG_REGIONS,
     BackendObject,
     Held,
     content_hash,
@@ -33,6 +34,7 @@ from .objects import (
 from .plan import DIGEST_FORMAT, desired_digest, legacy_desired_digest
 from .plugins import managers_of
 from .schema import Manifest
+from .shard import Ownership
 from .validate import Validation
 
 
@@ -113,7 +115,8 @@ def render_desired(validation: Validation, allocated: Mapping[str, Held],
     objects: list[BackendObject] = []
     for manager in managers.values():
         objects.extend(manager.render(model, allocations))
-    return Desired(model, allocations, _stamp(objects, validation.by_ref()), managers,
+    return Desired(model, allocations,
+                   _stamp(objects, validation.by_ref(), validation.ownership), managers,
                    allocated)
 
 
@@ -283,12 +286,15 @@ def _tenant_of(owner: str) -> str | None:
     return parts[1] if len(parts) == 3 else None
 
 
-def _stamp(objects: list[BackendObject], owners: Mapping[str, Manifest]
-           ) -> list[BackendObject]:
-    """Tag every row with its owner's immutable fields and protection."""
+def _stamp(objects: list[BackendObject], owners: Mapping[str, Manifest],
+           ownership: Ownership | None = None) -> list[BackendObject]:
+    """Tag every row with its owner's immutable fields and protection; of a shard's share
+    (`ownership`), keep only the shard's rows, tagged with their regions (shard.py)."""
     tags: dict[str, dict[str, str]] = {}
     out = []
     for obj in objects:
+        if ownership is not None and not ownership.owns(obj.owner):
+            continue  # another shard's (a provider's row of another region)
         if obj.owner not in tags:
             owner = owners.get(obj.owner)
             values = immutable_values(owner.obj) if owner is not None else {}
@@ -296,6 +302,9 @@ def _stamp(objects: list[BackendObject], owners: Mapping[str, Manifest]
                 TAG_IMMUTABLE: immutable_tag(values),
                 **({TAG_IMMUTABLE_FIELDS: immutable_fields_tag(values)} if values else {}),
                 **({TAG_PROTECTED: "true"} if owner.obj.prevent_destroy else {})}
+            regions = ownership.tag(obj.owner) if ownership is not None else None
+            if regions:
+                tags[obj.owner][TAG_REGIONS] = regions
         meta = {**tags[obj.owner], **obj.meta}
         if obj.identity is not None:
             meta[TAG_IMMUTABLE] = immutable_tag(obj.identity)

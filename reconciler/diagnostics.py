@@ -236,6 +236,15 @@ CODES: dict[str, CodeInfo] = {
         _E,
         "the plan would delete or replace a protected object",
     ),
+    "SHARD_SPLITS_TENANT": CodeInfo(
+        "Between two revisions (PR mode) and at plan time", _E,
+        "a run of a shard (`--region`): a Tenant has regions both in and outside the shard"
+    ),
+    "SHARD_SPLITS_MANAGER": CodeInfo(
+        "Between two revisions (PR mode) and at plan time", _E,
+        "a run of a shard (`--region`): a k8s NetworkManager serves regions both in and "
+        "outside the shard (its segment ids span them)"
+    ),
     "PRUNE_DISABLED": CodeInfo(
         "Between two revisions (PR mode) and at plan time",
         _W,

@@ -19,6 +19,7 @@ from .objects import (
     TAG_HASH,
     TAG_IMMUTABLE,
     TAG_IMMUTABLE_FIELDS,
+    TAG_REGIONS,
     BackendObject,
     changed_immutable_fields,
 )
@@ -154,6 +155,10 @@ def _field_changes(have: BackendObject, want: BackendObject) -> list[FieldChange
     if _same(have, want):  # nearly every row of a large plan: skip building copies
         return []
     before, after = _comparable(have), _comparable(want)
+    if _regions_moved(have, want):  # a row of a tenant that moved, or written unsharded
+        if TAG_REGIONS in have.meta:
+            before["meta"][TAG_REGIONS] = have.meta[TAG_REGIONS]
+        after["meta"][TAG_REGIONS] = want.meta[TAG_REGIONS]
     if before == after:
         return []
     # Sets are sorted lists and the order of list items never matters to a backend here.
@@ -171,13 +176,29 @@ def _same(have: BackendObject, want: BackendObject) -> bool:
     immutable tag counts too)."""
     return (have.fields == want.fields and have.parent == want.parent
             and (have.refs == want.refs or _set_refs(have) == _set_refs(want))
-            and _unhashed(have.meta) == _unhashed(want.meta))
+            and _unhashed(have.meta) == _unhashed(want.meta)
+            and not _regions_moved(have, want))
+
+
+def _regions_moved(have: BackendObject, want: BackendObject) -> bool:
+    """A shard's row that records other regions than its owner's now, or none: written
+    again (its tenant moved to another shard; it was written without shards, once), so
+    that it says whose it is, and a shard finds it among its own (reconciler/shard.py).
+    A run without shards never writes a row for its regions."""
+    new = want.meta.get(TAG_REGIONS)
+    return new is not None and have.meta.get(TAG_REGIONS) != new
+
+
+#: Tags that are never a reason to write a row: the hash, and what is written with a row
+#: for people and shards (the immutable fields; the regions of a shard's row, but for
+#: `_regions_moved`).
+_NOT_COMPARED = (TAG_HASH, TAG_IMMUTABLE_FIELDS, TAG_REGIONS)
 
 
 def _unhashed(meta: Mapping[str, str]) -> Mapping[str, str]:
-    if TAG_HASH not in meta and TAG_IMMUTABLE_FIELDS not in meta:
+    if not any(tag in meta for tag in _NOT_COMPARED):
         return meta
-    return {k: v for k, v in meta.items() if k not in (TAG_HASH, TAG_IMMUTABLE_FIELDS)}
+    return {k: v for k, v in meta.items() if k not in _NOT_COMPARED}
 
 
 def _set_refs(obj: BackendObject) -> dict[str, tuple[str, ...]]:
@@ -187,7 +208,7 @@ def _set_refs(obj: BackendObject) -> dict[str, tuple[str, ...]]:
 def _comparable(obj: BackendObject) -> dict[str, Any]:
     content = obj.content()
     content["meta"] = {k: v for k, v in content["meta"].items()
-                       if k not in (TAG_IMMUTABLE, TAG_HASH, TAG_IMMUTABLE_FIELDS)}
+                       if k != TAG_IMMUTABLE and k not in _NOT_COMPARED}
     return content
 
 

@@ -167,11 +167,11 @@ def run(head: Validation, inputs: dict[str, Any], options: RunOptions,
 def _run(head: Validation, inputs: dict[str, Any], options: RunOptions, gate: Gate | None,
          reading: Reading, outcome: Outcome) -> None:
     model = Model(head.context)  # type: ignore[arg-type]
-    managers = managers_of(model, options.only, resolve=True)
+    managers = run_managers(head, model, options.only)
     readers = allocation_readers(model, managers)
     with _sessions(managers, readers, options, outcome) as (sessions, allocating):
         def observe(name: str, owners: frozenset[str] | None = None) -> Observation:
-            return reading.observe(name, sessions[name], owners)
+            return _claimed(head, reading.observe(name, sessions[name], owners))
 
         observations = {name: observe(name) for name in sorted(sessions)}
         hints = [(name, reading.observe(name, allocating[name])) for name in sorted(allocating)]
@@ -187,9 +187,45 @@ def _run(head: Validation, inputs: dict[str, Any], options: RunOptions, gate: Ga
         if todo is None or not plan.ok:
             return
         if todo.has_changes:
+            _check_owned(head, todo)
             done = _execute(todo, sessions, observations, observe, options.progress, outcome)
             outcome.reports = _reports(sessions, plan.changes, done)
         _record(sessions, full, todo, outcome)
+
+
+def run_managers(head: Validation, model: Model, only: Sequence[str] | None
+                 ) -> dict[str, Manager]:
+    """The managers of a run (those of `only`); of a shard's run, those that serve one
+    of its regions, each told whose objects are the shard's."""
+    managers = managers_of(model, only, resolve=True)
+    ownership = head.ownership
+    if ownership is None:
+        return managers
+    serving = {m.name for m in model.kind("NetworkManager")
+               if ownership.shard.regions & set(m.obj.spec.regions)}
+    for manager in managers.values():
+        manager.ownership = ownership
+    return {name: manager for name, manager in managers.items() if name in serving}
+
+
+def _claimed(head: Validation, observation: Observation) -> Observation:
+    """What a run of a shard reads of a backend: the shard's objects only (shard.py)."""
+    if head.ownership is not None:
+        observation.objects = head.ownership.claim(observation.objects)
+    return observation
+
+
+def _check_owned(head: Validation, todo: Plan) -> None:
+    """A shard never writes another shard's object: the plan was made from the shard's
+    objects alone, and this says so again before anything is written."""
+    ownership = head.ownership
+    if ownership is None:
+        return
+    for change in todo.changes:
+        if change.action.changes and ownership.owns(change.obj.owner) is False:
+            raise ApplyError(f"internal error: the plan of shard {ownership.shard.name} "
+                             f"changes {change.uid}, of {change.obj.owner}, which is another "
+                             "shard's; nothing was applied")
 
 
 def read_desired(head: Validation, options: RunOptions) -> Desired:

@@ -29,8 +29,11 @@ TAG_IMMUTABLE = "unet:immutable"
 #: reason to write it: not part of the row's content, so rows written before it existed
 #: stay as they are (their replaces are then explained in the backend's terms).
 TAG_IMMUTABLE_FIELDS = "unet:immutable-fields"
+#: The regions of a shard's row (reconciler/shard.py): whose it is once its owner left the
+#: repo. Written with the rows a shard writes, never a reason to write one.
+TAG_REGIONS = "unet:regions"
 #: Tags that are not part of a row's content (its hash and digests leave them out).
-_NOT_CONTENT = frozenset({TAG_HASH, TAG_IMMUTABLE_FIELDS})
+_NOT_CONTENT = frozenset({TAG_HASH, TAG_IMMUTABLE_FIELDS, TAG_REGIONS})
 #: "true" on rows of resources annotated network.osac.io/prevent-destroy.
 TAG_PROTECTED = "unet:protected"
 #: Prefix of tags recording the allocations a row uses (principle 2).

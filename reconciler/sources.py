@@ -207,12 +207,17 @@ def _within(path: str, folders: set[str]) -> bool:
 _SUBMODULE_PATH = re.compile(r"^\s*path\s*=\s*(.+?)\s*$", re.M)
 
 
-def folder_files(root: Path) -> Iterator[SourceFile | Diagnostic]:
+#: Which paths of a repo a run reads at all (a shard's: the provider's, then its tenants');
+#: asked of folders and files alike, before `admit`. None: every path.
+Keep = Callable[[str], bool] | None
+
+
+def folder_files(root: Path, keep: Keep = None) -> Iterator[SourceFile | Diagnostic]:
     """Manifest files of a folder, refusing anything that leaves it."""
     if not root.is_dir():
         raise SourceError(f"{root} is not a folder")
     yield from state_tracked(_tracked_in_checkout(root))
-    yield from _Folder(root).walk("")
+    yield from _Folder(root, keep).walk("")
 
 
 def _tracked_in_checkout(root: Path) -> list[str]:
@@ -249,8 +254,9 @@ def _submodules(root: str) -> set[str]:
 class _Folder:
     """A folder on disk, walked depth first with each folder's names sorted."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, keep: Keep = None) -> None:
         self.root = root
+        self.keep = keep
         self.real_root = os.path.realpath(root)
         self.submodules = _submodules(self.real_root)
 
@@ -264,6 +270,8 @@ class _Folder:
             return
         for dirent in listed:
             rel = f"{rel_dir}/{dirent.name}" if rel_dir else dirent.name
+            if self.keep is not None and not self.keep(rel):
+                continue
             verdict = admit(_FolderEntry(rel, dirent, self))
             if verdict is Step.WALK:
                 yield from self.walk(rel)
@@ -337,8 +345,8 @@ _SYMLINK_HOPS = 40
 _Leads = Literal["file", "missing", "leaves", "folder", "repository"]
 
 
-def git_files(start: Path, rev: str,
-              max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Iterator[SourceFile | Diagnostic]:
+def git_files(start: Path, rev: str, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+              keep: Keep = None) -> Iterator[SourceFile | Diagnostic]:
     """Manifest files of a Git revision, read from Git objects without a checkout. Blobs of
     at most `max_file_bytes` are read together, in one batch, when the first is read."""
     revision = _Revision.of(start, rev, max_file_bytes)
@@ -346,6 +354,8 @@ def git_files(start: Path, rev: str,
         sorted(rel for rel in revision.entries if rel.startswith(f"{STATE_DIR}/"))))
     listed = (*_FOLLOWED, _GITLINK)
     for rel in sorted(revision.entries):
+        if keep is not None and not keep(rel):
+            continue
         if revision.entries[rel].mode in listed:
             verdict = admit(_GitEntry(rel, revision))
             if not isinstance(verdict, Step):

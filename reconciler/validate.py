@@ -15,10 +15,18 @@ from .models import KINDS
 from .parse_cache import FileKey, ParseCache, ParsedFile, content_id
 from .plugins import installed_plugins
 from .schema import Manifest, release_data, validate_documents
-from .sources import DEFAULT_MAX_FILE_BYTES, SourceError, SourceFile, folder_files, git_files
+from .sources import (
+    DEFAULT_MAX_FILE_BYTES,
+    Keep,
+    SourceError,
+    SourceFile,
+    folder_files,
+    git_files,
+)
 
 if TYPE_CHECKING:
     from .guardrails import Violation
+    from .shard import Ownership, Shard
 
 
 @dataclass
@@ -30,6 +38,8 @@ class Validation:
     files: int = 0
     #: What the revision's Guardrails forbid (their diagnostics are among `diagnostics`)
     violations: list[Violation] = field(default_factory=list)
+    #: Of a shard's share (shard.py): whose each owner is; None for the whole repo.
+    ownership: Ownership | None = None
     _by_ref: dict[str, Manifest] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -43,10 +53,11 @@ class Validation:
         return self._by_ref
 
 
-def repo_files(path: Path, rev: str | None,
-               max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Iterator[SourceFile | Diagnostic]:
-    """The manifest files of the repo at `path`: the folder itself, or a Git revision of it."""
-    return git_files(path, rev, max_file_bytes) if rev else folder_files(path)
+def repo_files(path: Path, rev: str | None, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+               keep: Keep = None) -> Iterator[SourceFile | Diagnostic]:
+    """The manifest files of the repo at `path`: the folder itself, or a Git revision of it
+    (with `keep`, only the paths it keeps)."""
+    return git_files(path, rev, max_file_bytes, keep) if rev else folder_files(path, keep)
 
 
 class ParsedFiles:
@@ -120,9 +131,23 @@ def _parse(item: SourceFile, max_file_bytes: int) -> ParsedFile:
     return ParsedFile(documents, manifests, load_problems, schema_problems)
 
 
+def revision_files(path: Path, rev: str | None, max_file_bytes: int, parsed: ParsedFiles,
+                   shard: Shard | None = None) -> list[SourceFile | Diagnostic]:
+    """The files a run reads of the repo at `path` (`rev`): all of them, or a shard's
+    share (its provider's files are parsed into `parsed` to find its tenants)."""
+    if shard is None:
+        return list(repo_files(path, rev, max_file_bytes))
+    from .shard import share_files
+
+    return share_files(shard, path, rev, lambda item: parsed.parse(item, max_file_bytes)
+                       .manifests, max_file_bytes).items
+
+
 def validate_files(files: Iterator[SourceFile | Diagnostic],
                    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                   parsed: ParsedFiles | None = None) -> Validation:
+                   parsed: ParsedFiles | None = None, shard: Shard | None = None) -> Validation:
+    """The revision's files validated; with `shard`, they are its share (revision_files)
+    and the validation says whose each owner is."""
     items = list(files)
     memo = parsed or ParsedFiles()
     documents: list[Document] = []
@@ -143,7 +168,12 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
                               _unreadable(documents, manifests))
     diagnostics += problems
     n_files = sum(1 for item in items if isinstance(item, SourceFile))
-    return _guarded(Validation(documents, manifests, context, diagnostics, n_files))
+    validation = _guarded(Validation(documents, manifests, context, diagnostics, n_files))
+    if shard is not None:
+        from .shard import Ownership
+
+        validation.ownership = Ownership.of(shard, manifests)
+    return validation
 
 
 def _guarded(validation: Validation) -> Validation:
@@ -212,5 +242,10 @@ def revision_info(path: Path, rev: str | None) -> dict[str, object]:
 
 def validate_repo(path: Path, rev: str | None = None,
                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                  parsed: ParsedFiles | None = None) -> Validation:
-    return validate_files(repo_files(path, rev, max_file_bytes), max_file_bytes, parsed)
+                  parsed: ParsedFiles | None = None, shard: Shard | None = None) -> Validation:
+    """The repo at `path` (`rev`) validated: all of it, or a shard's share."""
+    if shard is None:
+        return validate_files(repo_files(path, rev, max_file_bytes), max_file_bytes, parsed)
+    memo = parsed or ParsedFiles()
+    items = revision_files(path, rev, max_file_bytes, memo, shard)
+    return validate_files(iter(items), max_file_bytes, memo, shard)

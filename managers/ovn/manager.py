@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -27,6 +28,8 @@ from unet.managers.sdk import (
 from .config import OvnConfig
 
 if TYPE_CHECKING:
+    from unet.reconciler.shard import Ownership
+
     from .codec import OvnObservation
     from .northbound import Northbound
     from .rpc import Timeouts
@@ -70,7 +73,7 @@ class OvnManager(FabricManager):
                 remote = stack.enter_context(EmbeddedNorthbound(workdir)).remote
             nb = Northbound(remote, self._timeouts(), tls=self._tls(remote))
             stack.callback(nb.close)
-            yield OvnSession(nb, self.manager, self.installation)
+            yield OvnSession(nb, self.manager, self.installation, self.ownership)
 
     def trace(self, workdir: Path, probe: Probe) -> Traced | None:
         """ovn-trace on the configured `southbound` (trace.py); without one, "cannot tell",
@@ -123,25 +126,31 @@ class OvnManager(FabricManager):
 
 
 class OvnSession(Session):
-    def __init__(self, nb: Northbound, manager: str, installation: str) -> None:
+    def __init__(self, nb: Northbound, manager: str, installation: str,
+                 ownership: Ownership | None = None) -> None:
+        """`ownership`: of a shard's run, whose rows are the shard's (reconciler/shard.py)."""
         self.nb = nb
         self.manager = manager
         self.installation = installation
+        self.ownership = ownership
 
     def lock(self, timeout: float, waiting: Callable[[str], None]
              ) -> contextlib.AbstractContextManager[None]:
         return self.nb.lock(self.installation, timeout, waiting)
 
     def hold(self, name: str) -> contextlib.AbstractContextManager[Callable[[], bool]]:
-        return self.nb.hold(f"unet_{self.installation}_{name}")
+        """The lock `name` (a daemon's election: one active replica per shard)."""
+        shard = "" if self.ownership is None else \
+            "_" + re.sub(r"[^A-Za-z0-9_]", "_", self.ownership.shard.name)
+        return self.nb.hold(f"unet_{self.installation}{shard}_{name}")
 
     def observe(self) -> OvnObservation:
-        observation = self.nb.observe(self.installation, self.manager)
+        observation = self.nb.observe(self.installation, self.manager, self.ownership)
         observation.applied_digest = self.nb.global_tag(self.installation, self._applied_tag)
         return observation
 
     def observe_owners(self, owners: frozenset[str]) -> OvnObservation:
-        return self.nb.observe(self.installation, self.manager, owners)
+        return self.nb.observe(self.installation, self.manager, self.ownership, owners)
 
     def apply(self, observation: Observation, waves: Sequence[Sequence[Step]],
               changes: dict[str, Change], progress: ProgressFactory) -> ApplyOutcome:
@@ -166,4 +175,7 @@ class OvnSession(Session):
 
     @property
     def _applied_tag(self) -> str:
-        return f"unet:applied:{self.installation}:{self.manager}"
+        """Where the digest of what was last applied is kept: per manager, and per shard
+        (two shards share the manager and the database, not what they applied)."""
+        shard = f":{self.ownership.shard.name}" if self.ownership is not None else ""
+        return f"unet:applied:{self.installation}:{self.manager}{shard}"

@@ -20,12 +20,14 @@ server's own work.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from unet.managers.sdk import (
     TAG_INSTALLATION,
+    TAG_KEY,
     TAG_OWNER,
+    TAG_REGIONS,
     ApplyOutcome,
     Change,
     ProgressFactory,
@@ -53,6 +55,17 @@ from .tls import TlsClient
 from .transaction import Transaction, chunks
 
 __all__ = ["ConcurrentWrite", "LockTimeout", "Northbound", "OvnError", "OvnObservation"]
+
+
+
+class Claims(Protocol):
+    """Of a shard's run (reconciler/shard.py, Ownership): the regions its rows record, and
+    which rows it claims of {UUID: (owner, regions tag, parent UUID)}."""
+
+    def values(self) -> list[str]: ...
+
+    def claimed(self, entries: Mapping[str, tuple[str, str | None, str | None]]) -> set[str]: ...
+
 
 #: Seconds a waiter for a held lock stays queued before it asks again.
 _HOLD_POLL = 5.0
@@ -109,23 +122,30 @@ class Northbound:
         return rpc
 
     # -- observe ----------------------------------------------------------------------------
-    def observe(self, installation: str, manager: str,
+    def observe(self, installation: str, manager: str, claims: Claims | None = None,
                 owners: frozenset[str] | None = None) -> OvnObservation:
         """The installation's rows as objects (only `owners`' rows, when given: the others
-        still count for references and parents), and the names of everyone else's rows."""
-        operations = [_select(table, installation, self.schema.columns_read(table))
-                      for table in MANAGED_COLUMNS]
-        operations += [_select(table, installation) for table in NAMED_TABLES]
-        results = self.fence(installation).read(operations, compact_row)
-        ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
-        names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
-        del results
-        key_of, uuids = keys_of(ours)
+        still count for references and parents), and the names of everyone else's rows.
+        With `claims` (a shard's run), only the rows it claims are read as ours
+        (`_shard_rows`); the others are, to this run, rows of others."""
+        if claims is None:
+            operations = [_select(table, installation, self.schema.columns_read(table))
+                          for table in MANAGED_COLUMNS]
+            operations += [_select(table, installation) for table in NAMED_TABLES]
+            results = self.fence(installation).read(operations, compact_row)
+            ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
+            names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
+            del results
+            key_of, uuids = keys_of(ours)
+            parent_of = _parents(ours, key_of)
+        else:
+            ours, names, parent_of, uuids = self._shard_rows(installation, claims)
+            key_of, own = keys_of(ours)
+            uuids.update(own)
         inside = {uuid_of(row): found for table in self.schema.holding for row in ours[table]
                   if (found := rows_inside(self.schema, table, row, key_of))}
         described = self.describe(installation, {child for found in inside.values()
                                                  for child in found})
-        parent_of = _parents(ours, key_of)
         children = sorted(text for table in PARENT_COLUMNS for row in ours[table]
                           for text in unnamed_inside(table, row,
                                                      inside.get(uuid_of(row), [])))
@@ -138,6 +158,53 @@ class Northbound:
                         and (owners is None or tag(row, TAG_OWNER) in owners)]
         foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
         return OvnObservation(objects, None, manager, foreign, children, uuids)
+
+    def _shard_rows(self, installation: str, claims: Claims
+                    ) -> tuple[dict[str, list[Row]], dict[str, list[Row]],
+                               dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
+        """A shard's rows, selected on the server by the regions they record: in one
+        transaction, in full, the rows that record one of the shard's (`claims.values`);
+        then, a table at a time (and kept only as `_Brief`s), the tags and children of the
+        others, which tell whether the shard still claims some of them (written without
+        shards, of a tenant that moved in): those are read again in full. Returns the
+        shard's rows, everyone else's names, the parent (key, column) of each of the
+        shard's rows, and the (table, UUID) of those parents that are not the shard's (a
+        moved tenant's port on the switch of the region it left)."""
+        values = claims.values()
+        operations = [_select(table, installation, self.schema.columns_read(table), value)
+                      for table in MANAGED_COLUMNS for value in values]
+        operations += [_select(table, installation) for table in NAMED_TABLES]
+        results = self.fence(installation).read(operations)
+        per_table = len(values)
+        own = {table: [row for found in results[i * per_table:(i + 1) * per_table]
+                       for row in found] for i, table in enumerate(MANAGED_COLUMNS)}
+        names = dict(zip(NAMED_TABLES, results[per_table * len(MANAGED_COLUMNS):],
+                         strict=True))
+        briefs = {row["_uuid"][1]: _brief(table, row) for table in MANAGED_COLUMNS
+                  for row in own[table]}
+        for table in MANAGED_COLUMNS:  # one at a time: only one table's tags decoded at once
+            found = self.fence(installation).read([_select_others(table, installation,
+                                                                  values)])[0]
+            briefs.update((row["_uuid"][1], _brief(table, row)) for row in found)
+        parent_of = {child: (uuid, column) for uuid, brief in briefs.items()
+                     for column, child in brief.children}
+        keep = claims.claimed({uuid: (brief.owner, brief.regions,
+                                      parent_of.get(uuid, (None, ""))[0])
+                               for uuid, brief in briefs.items()})
+        ours = {table: [row for row in own[table] if row["_uuid"][1] in keep]
+                for table in MANAGED_COLUMNS}
+        if len(keep) > sum(map(len, ours.values())):  # some of the others are the shard's
+            full = self.fence(installation).read(
+                [_select_others(table, installation, values, self.schema.columns_read(table))
+                 for table in MANAGED_COLUMNS])
+            for table, rows in zip(MANAGED_COLUMNS, full, strict=True):
+                ours[table] += [row for row in rows if row["_uuid"][1] in keep]
+        parents = {child: (briefs[uuid].key, column)
+                   for child, (uuid, column) in parent_of.items() if child in keep}
+        theirs = {briefs[uuid].key: (briefs[uuid].table, uuid)
+                  for child, (uuid, _column) in parent_of.items()
+                  if child in keep and uuid not in keep}
+        return ours, names, parents, theirs
 
     def describe(self, installation: str, rows: set[tuple[str, str]]) -> dict[str, str]:
         """UUID → how people know each of these rows of others, (table, UUID) each (one
@@ -289,13 +356,42 @@ class Northbound:
                     return
 
 
-def _select(table: str, installation: str, columns: Sequence[str] | None = None
-            ) -> dict[str, Any]:
-    """The installation's rows with `columns`; without, the names of everyone else's rows."""
-    tag = ["external_ids", "includes" if columns is not None else "excludes",
-           ["map", [[TAG_INSTALLATION, installation]]]]
+def _select(table: str, installation: str, columns: Sequence[str] | None = None,
+            regions: str | None = None) -> dict[str, Any]:
+    """The installation's rows with `columns` (those that record `regions`, when given);
+    without columns, the names of everyone else's rows."""
+    tags = [[TAG_INSTALLATION, installation], *([[TAG_REGIONS, regions]] if regions else [])]
+    tag = ["external_ids", "includes" if columns is not None else "excludes", ["map", tags]]
     return {"op": "select", "table": table, "where": [tag],
             "columns": ["_uuid", *columns] if columns is not None else ["_uuid", "name"]}
+
+
+def _select_others(table: str, installation: str, values: Sequence[str],
+                   columns: Sequence[str] | None = None) -> dict[str, Any]:
+    """The installation's rows that record none of the regions `values`: with `columns`,
+    or with their tags and the rows they hold only (what tells whose they are)."""
+    where = [["external_ids", "includes", ["map", [[TAG_INSTALLATION, installation]]]],
+             *(["external_ids", "excludes", ["map", [[TAG_REGIONS, value]]]]
+               for value in values)]
+    read = columns if columns is not None else ("external_ids", *PARENT_COLUMNS.get(table, ()))
+    return {"op": "select", "table": table, "where": where, "columns": ["_uuid", *read]}
+
+
+class _Brief(NamedTuple):
+    """What a shard's read keeps of a row to tell whose it is: its tags and children."""
+
+    table: str
+    key: str
+    owner: str
+    regions: str | None
+    children: tuple[tuple[str, str], ...]  # (column, child UUID)
+
+
+def _brief(table: str, row: Row) -> _Brief:
+    return _Brief(table, tag(row, TAG_KEY) or "", tag(row, TAG_OWNER) or "",
+                  tag(row, TAG_REGIONS),
+                  tuple((column, child) for column in PARENT_COLUMNS.get(table, ())
+                        for child in atoms(row[column])))
 
 
 def _parents(ours: dict[str, list[Row]], key_of: dict[str, str]

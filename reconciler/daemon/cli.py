@@ -76,11 +76,20 @@ def _source_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="BYTES", help=argparse.SUPPRESS)
     parser.add_argument("--manager", action="append", metavar="NAME",
                         help="only this NetworkManager (repeatable; default: all)")
+    add_region_argument(parser)
     parser.add_argument("--no-cache", action="store_true",
                         help="do not read or write unet's cache of parsed files (a daemon "
                              "uses it at its first run only)")
     parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="how long to wait for another run's lock (default 60)")
+
+
+def add_region_argument(parser: argparse.ArgumentParser) -> None:
+    """`--region`: a run of the shard of these regions (reconciler/shard.py)."""
+    parser.add_argument("--region", action="append", metavar="NAME",
+                        help="run as the shard of these regions (repeatable): read only "
+                             "provider/ and the tenants of these regions, and change only "
+                             "their rows (docs/shards.md)")
 
 
 def _daemon_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,7 +129,8 @@ def options_of(args: argparse.Namespace) -> Options:
                    state_dir=args.state_dir, workdir=Path.cwd(),
                    history_size=args.history_size, replicas=args.replicas and not args.once,
                    watch=not args.once and not args.no_watch,
-                   resync_interval=args.resync_interval, parse_cache=not args.no_cache)
+                   resync_interval=args.resync_interval, parse_cache=not args.no_cache,
+                   regions=args.region)
 
 
 def command(args: argparse.Namespace) -> int:

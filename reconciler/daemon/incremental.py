@@ -41,12 +41,13 @@ from ..desired import (
     rerender_held,
     rerender_tenants,
 )
-from ..engine import DesiredSource, Outcome, Reading, render_fresh
+from ..engine import DesiredSource, Outcome, Reading, render_fresh, run_managers
 from ..model import Model
 from ..objects import Held, observed_allocations
 from ..planner import changed_tenants
 from ..plugins import managers_of
-from ..validate import ParsedFiles, Validation, repo_files, validate_files
+from ..shard import Shard
+from ..validate import ParsedFiles, Validation, revision_files, validate_files
 from .watching import Watches
 
 
@@ -94,9 +95,10 @@ class Since:
 
 class Incremental:
     def __init__(self, watches: Watches | None, only: list[str] | None,
-                 resync_interval: float) -> None:
+                 resync_interval: float, shard: Shard | None = None) -> None:
         self.watches = watches  # None: the daemon does not watch (or one run, --once)
         self.only = only  # the run's managers (None: all)
+        self.shard = shard  # the daemon's shard (its share of the repo), if any
         self.resync_interval = resync_interval
         self.rendered = RenderedCache()
         self.validated: dict[str, Validation] = {}  # files digest → validation, the last two
@@ -110,14 +112,15 @@ class Incremental:
                  parsed: ParsedFiles) -> tuple[str, Validation]:
         """The digest of the revision's files (and of unet), and its validation: done again
         only when that digest changes."""
-        items = list(repo_files(folder, rev, max_file_size))
+        items = revision_files(folder, rev, max_file_size, parsed, self.shard)
         if self.watches is None:  # validated (and rendered) each run: no digest needed
-            return "", validate_files(iter(items), max_file_size, parsed)
+            return "", validate_files(iter(items), max_file_size, parsed, self.shard)
         files = inputs_digest(items, max_file_size)
         if files not in self.validated:
             self.validated = {key: value for key, value in self.validated.items()
                               if key == (self.since.files if self.since else None)}
-            self.validated[files] = validate_files(iter(items), max_file_size, parsed)
+            self.validated[files] = validate_files(iter(items), max_file_size, parsed,
+                                                   self.shard)
         return files, self.validated[files]
 
     def scope(self, head: Validation, files: str) -> Scope | None:
@@ -133,7 +136,7 @@ class Incremental:
         if self.watches is None:
             return Scope({})
         model = _model(head)
-        managers = managers_of(model, self.only, resolve=True)
+        managers = run_managers(head, model, self.only)
         readers = allocation_readers(model, managers)
         watches = self.watches.follow(managers, readers)
         if not watches:

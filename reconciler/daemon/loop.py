@@ -31,9 +31,10 @@ from typing import Any
 from .. import engine, heap
 from ..contract import BackendLocked, FabricManager
 from ..diagnostics import Diagnostic
-from ..engine import Outcome, RunFailed, RunOptions
+from ..engine import Outcome, RunFailed, RunOptions, run_managers
 from ..errors import EXIT_OK, UnetError
 from ..plan import Plan
+from ..shard import Shard
 from ..sources import DEFAULT_MAX_FILE_BYTES
 from ..validate import ParsedFiles, Validation, parsed_files, revision_info
 from .election import ACTIVE, Election
@@ -81,6 +82,7 @@ class Options:
     watch: bool = False  # plan against replicas of the backends, kept by their change feeds
     resync_interval: float = 3600.0  # with `watch`: a full plan at least this often
     parse_cache: bool = True  # the first run reads and writes the repo's parse cache
+    regions: list[str] | None = None  # a shard's regions: its share only (shard.py)
 
 
 @dataclass
@@ -105,7 +107,7 @@ class Reconciler:
         self.election = Election(options.workdir) if options.replicas else None
         self.watches = Watches(options.workdir) if options.watch else None
         self.incremental = Incremental(self.watches, options.managers,
-                                       options.resync_interval)
+                                       options.resync_interval, Shard.of(options.regions))
 
     # state kept between runs: the last good revision
     def _state(self) -> dict[str, Any]:
@@ -282,10 +284,9 @@ class Reconciler:
         """This replica's role, standing for the lock of the repo's first fabric manager
         (the first manager, when there is no fabric)."""
         from ..model import Model
-        from ..plugins import managers_of
 
         assert self.election is not None and head.context is not None
-        managers = managers_of(Model(head.context), self.options.managers, resolve=True)
+        managers = run_managers(head, Model(head.context), self.options.managers)
         fabric = [name for name in sorted(managers)
                   if isinstance(managers[name], FabricManager)]
         return self.election.join(managers[(fabric or sorted(managers))[0]])
