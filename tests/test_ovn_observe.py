@@ -64,7 +64,7 @@ def test_observing_some_owners_gives_their_objects_as_a_whole_read_does(
     try:
         everything = nb.observe(INSTALLATION, "ovn").objects
         owners = frozenset(sorted({obj.owner for obj in everything})[:3])
-        some = nb.observe(INSTALLATION, "ovn", owners).objects
+        some = nb.observe(INSTALLATION, "ovn", owners=owners).objects
     finally:
         nb.close()
     assert some and {obj.owner for obj in some} == owners
