@@ -174,31 +174,31 @@ class Northbound:
         operations = [_select(table, installation, self.schema.columns_read(table), value)
                       for table in MANAGED_COLUMNS for value in values]
         operations += [_select(table, installation) for table in NAMED_TABLES]
-        results = self.fence(installation).read(operations)
+        results = self.fence(installation).read(operations, compact_row)
         per_table = len(values)
         own = {table: [row for found in results[i * per_table:(i + 1) * per_table]
                        for row in found] for i, table in enumerate(MANAGED_COLUMNS)}
         names = dict(zip(NAMED_TABLES, results[per_table * len(MANAGED_COLUMNS):],
                          strict=True))
-        briefs = {row["_uuid"][1]: _brief(table, row) for table in MANAGED_COLUMNS
+        briefs = {uuid_of(row): _brief(table, row) for table in MANAGED_COLUMNS
                   for row in own[table]}
         for table in MANAGED_COLUMNS:  # one at a time: only one table's tags decoded at once
             found = self.fence(installation).read([_select_others(table, installation,
-                                                                  values)])[0]
-            briefs.update((row["_uuid"][1], _brief(table, row)) for row in found)
+                                                                  values)], compact_row)[0]
+            briefs.update((uuid_of(row), _brief(table, row)) for row in found)
         parent_of = {child: (uuid, column) for uuid, brief in briefs.items()
                      for column, child in brief.children}
         keep = claims.claimed({uuid: (brief.owner, brief.regions,
                                       parent_of.get(uuid, (None, ""))[0])
                                for uuid, brief in briefs.items()})
-        ours = {table: [row for row in own[table] if row["_uuid"][1] in keep]
+        ours = {table: [row for row in own[table] if uuid_of(row) in keep]
                 for table in MANAGED_COLUMNS}
         if len(keep) > sum(map(len, ours.values())):  # some of the others are the shard's
             full = self.fence(installation).read(
                 [_select_others(table, installation, values, self.schema.columns_read(table))
-                 for table in MANAGED_COLUMNS])
+                 for table in MANAGED_COLUMNS], compact_row)
             for table, rows in zip(MANAGED_COLUMNS, full, strict=True):
-                ours[table] += [row for row in rows if row["_uuid"][1] in keep]
+                ours[table] += [row for row in rows if uuid_of(row) in keep]
         parents = {child: (briefs[uuid].key, column)
                    for child, (uuid, column) in parent_of.items() if child in keep}
         theirs = {briefs[uuid].key: (briefs[uuid].table, uuid)
