@@ -29,18 +29,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .diagnostics import Diagnostic
 from .objects import TAG_REGIONS, BackendObject
 from .schema import Manifest
-from .sources import DEFAULT_MAX_FILE_BYTES, SourceFile
+from .sources import SourceFile
 
 #: An object as `claimed` sees it: its owner, its TAG_REGIONS and its parent's key.
 Entry = tuple[str, str | None, str | None]
 
 #: The manifests of one file (the run's ParsedFiles: each file is parsed once).
 ParseFn = Callable[[SourceFile], list[Manifest]]
+
+#: The files of a revision that a path filter keeps (validate.repo_files).
+Listing = Callable[[Callable[[str], bool]], Iterable[SourceFile | Diagnostic]]
 
 
 @dataclass(frozen=True)
@@ -83,14 +85,12 @@ class Share:
     tenants: frozenset[str]
 
 
-def share_files(shard: Shard, path: Path, rev: str | None, parse: ParseFn,
-                max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Share:
+def share_files(shard: Shard, listing: Listing, parse: ParseFn) -> Share:
     """The files of the shard's share: `unet.yaml` and `provider/` whole (read first, to
-    know the tenants and their regions), then its tenants' folders. `parse` gives the
-    manifests of a file (the run's ParsedFiles: each file is parsed once)."""
-    from .validate import repo_files
-
-    provider = list(repo_files(path, rev, max_file_bytes, _outside_tenants))
+    know the tenants and their regions), then its tenants' folders. `listing` lists the
+    revision's files that a path filter keeps; `parse` gives the manifests of a file (the
+    run's ParsedFiles: each file is parsed once)."""
+    provider = list(listing(_outside_tenants))
     declared = [m for item in provider if isinstance(item, SourceFile)
                 for m in parse(item) if m.kind in ("Tenant", "NetworkManager")]
     problems = [*_split_tenants(shard, declared), *_split_managers(shard, declared)]
@@ -103,7 +103,7 @@ def share_files(shard: Shard, path: Path, rev: str | None, parse: ParseFn,
         parts = rel.split("/")
         return parts[0] == "tenants" and (len(parts) == 1 or parts[1] in tenants)
 
-    mine = [item for item in repo_files(path, rev, max_file_bytes, keep)
+    mine = [item for item in listing(keep)
             if (item.path if isinstance(item, SourceFile) else item.file or "")
             .startswith("tenants/")]
     return Share([*provider, *mine], tenants)

@@ -139,8 +139,8 @@ def revision_files(path: Path, rev: str | None, max_file_bytes: int, parsed: Par
         return list(repo_files(path, rev, max_file_bytes))
     from .shard import share_files
 
-    return share_files(shard, path, rev, lambda item: parsed.parse(item, max_file_bytes)
-                       .manifests, max_file_bytes).items
+    return share_files(shard, lambda keep: repo_files(path, rev, max_file_bytes, keep),
+                       lambda item: parsed.parse(item, max_file_bytes).manifests).items
 
 
 def validate_files(files: Iterator[SourceFile | Diagnostic],

@@ -62,8 +62,9 @@ def test_every_stage_and_comparison_runs_clean(tmp_path: Path) -> None:
         "daemon-repair vs reconcile-drift", "daemon-idle vs reconcile-noop",
         "daemon-commit vs reconcile-noop", "observe vs ovn-nbctl list",
         "initial apply vs ovn-nbctl script",
-        "apply-shard-region-a vs apply", "reconcile-noop-shard-region-a vs reconcile-noop",
-        "apply-shard-region-b vs apply", "reconcile-noop-shard-region-b vs reconcile-noop",
+        "apply-shard-region-a vs apply", "apply-shard-region-b vs apply",
+        "reconcile-noop-shard-region-a vs reconcile-noop",
+        "reconcile-noop-shard-region-b vs reconcile-noop",
         "apply: 3-member cluster vs standalone",
         "reconcile-noop: 3-member cluster vs standalone"]
     assert "of the unsharded peak" in comparisons["apply-shard-region-b vs apply"]["note"]
