@@ -187,9 +187,7 @@ class Incremental:
             if watch is not None:  # a reader's allocations: its replica's own (`held`)
                 return watch.observe(frozenset() if name in scope.readers else
                                      owners if owners is not None else scope.owners)
-            if owners is not None:  # an apply confirmed: the objects of what it changed
-                return session.observe_owners(owners)
-            seen = session.observe()
+            seen = session.observe()  # whole, also to confirm an apply: what it records
             found = observed_allocations(seen.objects)
             if self.polled_held.get(name) != found:  # else the same object, as a replica's
                 self.polled_held[name] = found
