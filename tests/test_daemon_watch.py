@@ -234,6 +234,11 @@ def test_a_hand_edit_is_repaired_by_a_plan_of_its_owner_only(
         nbctl(nb.nb_remote, "set", "Logical_Switch_Port", port,
               f'external_ids:"{TAG_ALLOCATION}{key}"="{moved}"')
         _wait_for(reconciler)
+        deadline = time.monotonic() + 10.0  # the edit itself in the replica, not only news
+        while not any(held.value == moved for held in
+                      reconciler.watches.watches["ovn"].held().values()):
+            assert time.monotonic() < deadline, "the edit did not reach the replica"
+            time.sleep(0.02)
         readdressed = reconciler.run_once()
         assert readdressed.result == "applied" and readdressed.scope != "full"
         assert reconciler.incremental.rendered.renders == renders + 1
