@@ -93,3 +93,14 @@ def test_the_desired_and_the_observed_rows_share_each_value_they_hold(
         for name, value in want.fields.items():
             if isinstance(value, str) and value == have.fields.get(name):
                 assert value is have.fields[name], (want.uid, name)
+
+
+def test_a_compact_row_holds_every_kind_of_value_plainly() -> None:
+    """UUIDs as text (map keys too: a UUID-keyed map would not make a dict of lists), sets as
+    tuples, maps as dicts, scalars as they are; objects that are not rows untouched."""
+    raw = {"_uuid": ["uuid", "u1"], "m": ["map", [[["uuid", "k1"], "v"], ["a", ["uuid", "u2"]]]],
+           "s": ["set", ["x", ["uuid", "u3"]]], "o": ["set", []], "n": 5, "r": ["uuid", "u4"]}
+    assert compact_row(raw) == {"_uuid": "u1", "m": {"k1": "v", "a": "u2"}, "s": ("x", "u3"),
+                                "o": (), "n": 5, "r": "u4"}
+    result = {"rows": []}
+    assert compact_row(result) is result

@@ -114,7 +114,7 @@ def _plain(value: Any) -> Any:
         return tuple(e[1] if type(e) is list else intern(e) if type(e) is str else e
                      for e in inner)
     if tag == "map":
-        return {intern(k) if type(k) is str else k:
+        return {k[1] if type(k) is list else intern(k) if type(k) is str else k:
                 v[1] if type(v) is list else intern(v) if type(v) is str else v
                 for k, v in inner}
     return inner  # ["uuid", …] or ["named-uuid", …]
