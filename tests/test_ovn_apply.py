@@ -235,6 +235,22 @@ def test_drift_is_reported_and_repaired(lab: OvnLab, repo: Path, tmp_path: Path)
     assert northd_problems(lab) == []
 
 
+def test_a_row_tagged_ours_without_a_key_is_left_alone(lab: OvnLab, repo: Path,
+                                                         tmp_path: Path) -> None:
+    """A switch a person tagged with the installation only (no unet:key), with a port: no
+    object of ours, so the plan has nothing to do. Reading it stopped every plan (its missing
+    key was sorted among the others' keys, and its port looked for its parent's key)."""
+    assert apply(tmp_path, repo).returncode == 0
+    lab.nbctl("ls-add", "handmade-sw", "--", "set", "Logical_Switch", "handmade-sw",
+              f'external_ids:"unet:installation"={INSTALLATION}')
+    lab.nbctl("lsp-add", "handmade-sw", "handmade-port")
+    code, document = plan_json(tmp_path, repo)
+    assert code == 0, document
+    assert document["has_changes"] is False
+    assert_noop(tmp_path, repo)
+    assert row_named(lab.nb_remote, "Logical_Switch", "handmade-sw")["ports"]
+
+
 # --- 4. rows that are not ours --------------------------------------------------------------
 
 

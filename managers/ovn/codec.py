@@ -168,10 +168,9 @@ def keys_of(ours: dict[str, list[Row]]) -> tuple[dict[str, str], dict[str, tuple
     key_of: dict[str, str] = {}
     uuids: dict[str, tuple[str, str]] = {}
     for table in MANAGED_COLUMNS:
-        found = sorted((tag(row, TAG_KEY), uuid_of(row)) for row in ours[table])
+        found = sorted((key, uuid_of(row)) for row in ours[table]
+                       if (key := tag(row, TAG_KEY)) is not None)  # keyless: no object of ours
         for key, uuid in found:
-            if key is None:
-                continue
             if key in uuids:
                 key = f"{key}#duplicate-{uuid}"
             key_of[uuid] = key

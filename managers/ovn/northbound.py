@@ -400,7 +400,10 @@ def _parents(ours: dict[str, list[Row]], key_of: dict[str, str]
     parent_of: dict[str, tuple[str, str]] = {}
     for table, columns in PARENT_COLUMNS.items():
         for row in ours[table]:
+            parent = key_of.get(uuid_of(row))
+            if parent is None:  # tagged ours by hand without a key: no object of ours
+                continue
             for column in columns:
                 for child in atoms(row[column]):
-                    parent_of[child] = (key_of[uuid_of(row)], column)
+                    parent_of[child] = (parent, column)
     return parent_of
