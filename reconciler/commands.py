@@ -336,8 +336,9 @@ def _applied(outcome: Outcome) -> int:
         _print_failures(outcome.failures)
         return EXIT_ERROR
     if outcome.mismatches:
-        print(f"unet: after the apply, {len(outcome.mismatches)} objects are not as planned:",
-              file=sys.stderr)
+        count = len(outcome.mismatches)
+        print(f"unet: after the apply, {count} object{' is' if count == 1 else 's are'} not "
+              "as planned:", file=sys.stderr)
         for uid, how in list(outcome.mismatches.items())[:20]:
             print(f"  {uid}: {how}", file=sys.stderr)
         print("run `unet apply` again; if this persists, it is a bug in unet", file=sys.stderr)

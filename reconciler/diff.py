@@ -7,7 +7,7 @@ sorted lists by the managers so ordering never shows as a change.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -147,8 +147,16 @@ def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool
                       owner_fields)
     if not field_changes:
         return Change(want.uid, have, want, Action.NOOP, "up to date")
-    changed = ", ".join(sorted({c.path.split(".")[0] for c in field_changes}))
-    return Change(want.uid, have, want, Action.UPDATE, f"{changed} changed", field_changes)
+    return Change(want.uid, have, want, Action.UPDATE, f"{changed_columns(field_changes)} changed",
+                  field_changes)
+
+
+def changed_columns(field_changes: Sequence[FieldChange]) -> str:
+    """The columns (or "tags") a change sets, for people: `addresses, port_security`."""
+    names = {c.path.split(".")[1] if c.path.startswith(("fields.", "refs.")) else
+             "tags" if c.path.startswith("meta.") else c.path.split(".")[0]
+             for c in field_changes}
+    return ", ".join(sorted(names))
 
 
 def _field_changes(have: BackendObject, want: BackendObject) -> list[FieldChange]:

@@ -305,8 +305,19 @@ def confirm(changes: Sequence[Change], observed: Sequence[BackendObject]) -> dic
             wanted[change.uid] = want
     for delta in diff(wanted, {uid: now[uid] for uid in wanted}):
         if delta.action.changes:
-            out[delta.uid] = delta.reason
+            out[delta.uid] = _mismatch(delta)
     return out
+
+
+def _mismatch(delta: Change) -> str:
+    """How an object differs from the plan after applying it: what it holds, what was
+    planned (the first few values)."""
+    if not delta.fields:
+        return delta.reason
+    shown = [f"{f.path.removeprefix('fields.')} is {f.before!r}, planned {f.after!r}"
+             for f in delta.fields[:3]]
+    more = len(delta.fields) - len(shown)
+    return "; ".join(shown) + (f" (and {more} more)" if more else "")
 
 
 def _reports(sessions: Mapping[str, Session], changes: Sequence[Change],

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from unet.reconciler.processes import process_alive
 
 from .conftest import use_northbound
@@ -233,6 +235,44 @@ def test_drift_is_reported_and_repaired(lab: OvnLab, repo: Path, tmp_path: Path)
     assert_noop(tmp_path, repo)
     lab.sync()
     assert northd_problems(lab) == []
+
+
+def test_an_apply_confirms_what_it_changed_by_reading_only_its_owners(
+        lab: OvnLab, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """After applying, the rows of the owners it changed are read again (those alone) and
+    what is not as planned is said: here a person sets web-1's addresses again between the
+    apply and its confirmation."""
+    from unet.managers.ovn.manager import OvnSession
+    from unet.reconciler import cli
+
+    assert apply(tmp_path, repo).returncode == 0
+    lab.nbctl("lsp-set-addresses", "unet.acme.vm.web-1.0", "02:00:00:00:00:99 10.10.1.99")
+    apply_rows, read_back = OvnSession.apply, OvnSession.observe_owners
+    asked: list[frozenset[str]] = []
+
+    def racing_apply(self: OvnSession, *args: Any, **kwargs: Any) -> Any:
+        done = apply_rows(self, *args, **kwargs)
+        lab.nbctl("lsp-set-addresses", "unet.acme.vm.web-1.0", "02:00:00:00:00:98 10.10.1.98")
+        return done
+
+    def observe_owners(self: OvnSession, owners: frozenset[str]) -> Any:
+        asked.append(owners)
+        return read_back(self, owners)
+
+    monkeypatch.setattr(OvnSession, "apply", racing_apply)
+    monkeypatch.setattr(OvnSession, "observe_owners", observe_owners)
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["apply", str(repo), "--auto-approve", "--manager", "ovn"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert asked == [frozenset({"ComputeInstance/acme/web-1"})]
+    assert "after the apply, 1 object is not as planned" in err, err
+    assert f"ovn:{WEB1_KEY}: addresses.0 is '02:00:00:00:00:98 10.10.1.98', planned '02:" \
+        in err, err
+    monkeypatch.undo()
+    code, document = plan_json(tmp_path, repo)
+    assert code == 2 and document["drift"] == [f"ovn:{WEB1_KEY}"], "still drift: not recorded"
 
 
 def test_a_row_tagged_ours_without_a_key_is_left_alone(lab: OvnLab, repo: Path,
