@@ -69,6 +69,7 @@ from unet.reconciler.objects import (
 from unet.reconciler.order import Step
 from unet.reconciler.processes import process_alive
 from unet.reconciler.schema import Manifest
+from unet.reconciler.state import state_folder
 
 __all__ = [
     "TAG_ALLOCATION",
@@ -126,6 +127,7 @@ __all__ = [
     "router_gateway_key",
     "segment_key",
     "segment_of",
+    "state_folder",
     "vip_key",
     "workload_binding",
 ]

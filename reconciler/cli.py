@@ -16,6 +16,7 @@ from .daemon import cli as reconcile
 from .diagnostics import Diagnostic, codes_markdown
 from .errors import EXIT_ERROR, EXIT_OK, Stopped, UnetError
 from .sources import DEFAULT_MAX_FILE_BYTES, SourceFile
+from .state import STATE_DIR, state_folder
 
 
 class _Parser(argparse.ArgumentParser):
@@ -157,12 +158,13 @@ def _add_apply(commands: Commands) -> None:
 def _add_schema(commands: Commands) -> None:
     schema = commands.add_parser(
         "schema", help="write, print or locate the JSON Schemas of every kind",
-        description="Write the JSON Schemas of every kind. From unet's source tree they go "
-                    "to its schemas/; an installed unet writes only where --out says.")
+        description="Write the JSON Schemas of every kind. Inside a network repo they go "
+                    "to its .unet/schemas/; from unet's source tree, to its schemas/; "
+                    "elsewhere an installed unet writes only where --out says.")
     what = schema.add_mutually_exclusive_group()
     what.add_argument("--out", type=Path, default=None, metavar="DIR",
-                      help="folder to write (default: schemas/ of the unet source tree, when "
-                           "unet runs from one)")
+                      help="folder to write (default: .unet/schemas/ of the network repo "
+                           "you are in, else schemas/ of the unet source tree unet runs from)")
     what.add_argument("--print", action="store_true",
                       help="print the combined schema for editors (unet.schema.json; "
                            "self-contained) instead of writing files")
@@ -376,16 +378,25 @@ def _cmd_schema(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.check:
         return _check_schemas(files, args.out or schema_dir())
-    out_dir = args.out or source_schema_dir()
+    out_dir = args.out or _schema_out_dir() or source_schema_dir()
     if out_dir is None:
         raise UnetError(f"this unet is installed, not run from its source tree, and its "
                         f"schemas ({schema_dir()}) are part of the installation: give "
                         f"--out DIR to write them elsewhere, or --print for the combined one")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    state_folder(out_dir)
     for name, text in files.items():
         (out_dir / name).write_text(text)
     print(f"wrote {len(files)} schemas to {out_dir}")
     return EXIT_OK
+
+
+def _schema_out_dir() -> Path | None:
+    """Inside a network repo, a bare `unet schema` writes into its `.unet/schemas/` (never
+    into the source tree of the unet that runs it)."""
+    repo = repo_root(Path.cwd())
+    if not (repo / "unet.yaml").is_file():
+        return None
+    return repo / STATE_DIR / "schemas"
 
 
 def _print_schema_dir(folder: Path) -> int:

@@ -40,13 +40,13 @@ from typing import IO, TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from .diagnostics import Diagnostic
 from .errors import UnetError
+from .state import STATE_DIR
 
 if TYPE_CHECKING:
     import git
 
 DEFAULT_MAX_FILE_BYTES = 1024 * 1024
 REPO_CONFIG_FILE = "unet.yaml"
-STATE_DIR = ".unet"
 _AREAS = ("provider", "tenants")
 _MANIFEST_SUFFIXES = (".yaml", ".yml")
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")

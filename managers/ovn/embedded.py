@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from unet.managers.sdk import UnetError, process_alive
+from unet.managers.sdk import UnetError, process_alive, state_folder
 
 SCHEMA_CANDIDATES = ("/usr/share/ovn/ovn-nb.ovsschema", "/usr/local/share/ovn/ovn-nb.ovsschema")
 PACKAGES = "ovn-central ovn-common (Debian/Ubuntu: apt-get install ovn-central ovn-common)"
@@ -57,7 +57,7 @@ class EmbeddedNorthbound:
 
     def __enter__(self) -> EmbeddedNorthbound:
         server, tool, schema = find_tools()
-        self.dir.mkdir(parents=True, exist_ok=True)
+        state_folder(self.dir)
         with self._exclusive("start.lock"):
             self._users = os.open(self.dir / "users.lock", os.O_CREAT | os.O_RDWR, 0o600)
             fcntl.flock(self._users, fcntl.LOCK_SH)

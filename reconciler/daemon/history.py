@@ -13,7 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-DEFAULT_STATE_DIR = Path(".unet") / "reconcile"  # the clone, the history, the state
+from ..state import STATE_DIR
+
+DEFAULT_STATE_DIR = Path(STATE_DIR) / "reconcile"  # the clone, the history, the state
 HISTORY_FILE = "history.jsonl"
 
 # Results of a run, in the history, the JSON log, the metrics and $GITHUB_OUTPUT.

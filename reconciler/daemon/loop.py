@@ -36,6 +36,7 @@ from ..errors import EXIT_OK, UnetError
 from ..plan import Plan
 from ..shard import Shard
 from ..sources import DEFAULT_MAX_FILE_BYTES
+from ..state import state_folder
 from ..validate import ParsedFiles, Validation, parsed_files, revision_info
 from .election import ACTIVE, Election
 from .endpoints import listen
@@ -128,7 +129,7 @@ class Reconciler:
 
     def run_once(self) -> Run:
         started = time.monotonic()
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        state_folder(self.state_dir)
         run = Run(started=now(), source=self.options.repo or str(self.options.path),
                   branch=self.options.branch if self.options.repo else None)
         self._last_plan, self._last_plan_json, self.last_validation = None, None, None
@@ -423,7 +424,7 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    reconciler.state_dir.mkdir(parents=True, exist_ok=True)
+    state_folder(reconciler.state_dir)
     metrics = Metrics()
     port = DEFAULT_METRICS_PORT if serving.metrics_port is None else serving.metrics_port
     endpoints = listen(metrics, serving.metrics_address, port, reconciler.state_dir,
