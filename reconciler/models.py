@@ -86,6 +86,9 @@ class _Resource(_Model):
     scope: ClassVar[Literal["provider", "tenant", "root"]] = "provider"
     #: Fields whose change replaces the object: dotted paths, `*` for every list item.
     immutable: ClassVar[tuple[str, ...]] = ()
+    #: What a change of one of them replaces, as the plan shows it (the editor schema's
+    #: descriptions say it: `unet schema`); default: the object and what depends on it.
+    replaces: ClassVar[str] = ""
 
     @property
     def name(self) -> str:
@@ -299,6 +302,9 @@ class VirtualNetworkSpec(_Model):
 class VirtualNetwork(_TenantResource):
     immutable: ClassVar[tuple[str, ...]] = (
         "spec.region", "spec.networkClass", "spec.ipv4Cidr", "spec.ipv6Cidr")
+    replaces: ClassVar[str] = (
+        "the virtual network's router, and with it its subnets' router ports, its "
+        "NATGateway and its ExternalIPAttachments' NAT rules (workloads' ports stay)")
     kind: Literal["VirtualNetwork"]
     spec: VirtualNetworkSpec
 
@@ -358,6 +364,7 @@ class SubnetSpec(SegmentAddressing):
 
 class Subnet(_TenantResource):
     immutable: ClassVar[tuple[str, ...]] = ("spec.virtualNetwork", "spec.ipv4Cidr", "spec.ipv6Cidr")
+    replaces: ClassVar[str] = "the subnet and every port on it"
     kind: Literal["Subnet"]
     spec: SubnetSpec
 
@@ -479,6 +486,7 @@ class ExternalIPAttachmentSpec(_Model):
 class ExternalIPAttachment(_TenantResource):
     immutable: ClassVar[tuple[str, ...]] = (
         "spec.externalIP", "spec.target.kind", "spec.target.name", "spec.target.endpoint")
+    replaces: ClassVar[str] = "the attachment (its NAT rule)"
     kind: Literal["ExternalIPAttachment"]
     spec: ExternalIPAttachmentSpec
 
@@ -490,6 +498,7 @@ class NATGatewaySpec(_Model):
 
 class NATGateway(_TenantResource):
     immutable: ClassVar[tuple[str, ...]] = ("spec.virtualNetwork", "spec.externalIP")
+    replaces: ClassVar[str] = "the NAT gateway (its router gateway port and SNAT rule)"
     kind: Literal["NATGateway"]
     spec: NATGatewaySpec
 
@@ -525,6 +534,8 @@ ATTACHMENT_IMMUTABLE = (("subnet", "subnet"), ("providerNetwork", "provider_netw
                         ("macAddress", "mac_address"))
 _ATTACHMENT_IMMUTABLE = tuple(f"spec.networkAttachments.*.{name}"
                               for name, _attribute in ATTACHMENT_IMMUTABLE)
+#: What changing an attachment replaces (adding, removing or reordering one does too).
+_ATTACHMENT_REPLACES = "every port of the workload"
 
 
 def attachment_identity(attachment: NetworkAttachment) -> list[Any]:
@@ -568,6 +579,7 @@ class ComputeInstanceSpec(_Model):
 
 class ComputeInstance(_TenantResource):
     immutable: ClassVar[tuple[str, ...]] = _ATTACHMENT_IMMUTABLE
+    replaces: ClassVar[str] = _ATTACHMENT_REPLACES
     kind: Literal["ComputeInstance"]
     spec: ComputeInstanceSpec
 
@@ -579,6 +591,7 @@ class BaremetalInstanceSpec(_Model):
 
 class BaremetalInstance(_TenantResource):
     immutable: ClassVar[tuple[str, ...]] = _ATTACHMENT_IMMUTABLE
+    replaces: ClassVar[str] = _ATTACHMENT_REPLACES
     kind: Literal["BaremetalInstance"]
     spec: BaremetalInstanceSpec
 
@@ -597,6 +610,7 @@ class ClusterSpec(_Model):
 
 class Cluster(_TenantResource):
     immutable: ClassVar[tuple[str, ...]] = _ATTACHMENT_IMMUTABLE
+    replaces: ClassVar[str] = _ATTACHMENT_REPLACES
     kind: Literal["Cluster"]
     spec: ClusterSpec
 
@@ -628,6 +642,13 @@ KINDS: dict[str, type[_Resource]] = {
 PROVIDER_KINDS = frozenset(k for k, m in KINDS.items() if m.scope == "provider")
 TENANT_KINDS = frozenset(k for k, m in KINDS.items() if m.scope == "tenant")
 WORKLOAD_KINDS = ("ComputeInstance", "BaremetalInstance", "Cluster")
+
+
+def immutable_note(model: type[_Resource]) -> str:
+    """What the schema's description of each of a kind's immutable fields says."""
+    kind = model.model_fields["kind"].annotation.__args__[0]  # type: ignore[union-attr]
+    replaces = model.replaces or f"the {kind} and everything that depends on it"
+    return f"Immutable: changing it replaces {replaces}."
 
 
 def immutable_values(obj: _Resource) -> dict[str, Any]:

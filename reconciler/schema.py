@@ -30,7 +30,7 @@ from pydantic_core import core_schema
 
 from .diagnostics import Diagnostic, json_pointer
 from .load import Document
-from .models import API_VERSION, DNS_LABEL, EDITOR_ONLY, KINDS
+from .models import API_VERSION, DNS_LABEL, EDITOR_ONLY, KINDS, immutable_note
 
 _PACKAGE = Path(__file__).resolve().parent
 SCHEMA_ID_BASE = "https://unet.dev/schemas/v1alpha1/"
@@ -82,6 +82,7 @@ def generate_schemas() -> dict[str, dict[str, Any]]:
     files: dict[str, dict[str, Any]] = {}
     for kind, model in KINDS.items():
         schema = model.model_json_schema(schema_generator=_ManifestSchema)
+        _note_immutable(schema, schema, kind)
         files[schema_file_name(kind)] = {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": SCHEMA_ID_BASE + schema_file_name(kind),
@@ -98,6 +99,8 @@ def _combined_schema() -> dict[str, Any]:
     refs, top = models_json_schema([(model, "validation") for model in KINDS.values()],
                                    schema_generator=_ManifestSchema)
     ref_of = {kind: refs[(model, "validation")] for kind, model in KINDS.items()}
+    for kind in KINDS:
+        _note_immutable(top, _resolve(top, ref_of[kind]), kind)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID_BASE + COMBINED_SCHEMA,
@@ -118,6 +121,38 @@ def _combined_schema() -> dict[str, Any]:
         ],
         "$defs": _editor_form(top["$defs"], editor=True),
     }
+
+
+def _note_immutable(root: dict[str, Any], schema: dict[str, Any], kind: str) -> None:
+    """Append to the description of each immutable field of `kind` (in `schema`, whose
+    `$ref`s point into `root`) what changing it replaces, from the model's own list:
+    the editor's hover says it. A definition two kinds share must get one note."""
+    note = immutable_note(KINDS[kind])
+    for path in KINDS[kind].immutable:
+        field = _field_schema(root, schema, path.split("."))
+        described = field.get("description", "")
+        if "Immutable:" in described:
+            if not described.endswith(note):
+                raise ValueError(f"{kind} {path}: a shared definition would say two things")
+            continue
+        field["description"] = f"{described.rstrip('.')}. {note}" if described else note
+
+
+def _field_schema(root: dict[str, Any], schema: dict[str, Any],
+                  parts: list[str]) -> dict[str, Any]:
+    for part in parts:
+        schema = _resolve(root, schema)
+        schema = schema["items"] if part == "*" else schema["properties"][part]
+    return schema
+
+
+def _resolve(root: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """The definition a `{"$ref": "#/$defs/Name"}` names; any other schema as it is."""
+    ref = schema.get("$ref")
+    if ref is None:
+        return schema
+    found: dict[str, Any] = root["$defs"][ref.removeprefix("#/$defs/")]
+    return found
 
 
 def _editor_form(value: Any, editor: bool) -> Any:

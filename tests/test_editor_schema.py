@@ -126,3 +126,39 @@ def test_the_editor_flags_it_and_validate_keeps_its_code(
     diagnostics = validate_repo(repo).diagnostics
     assert {d.code for d in diagnostics} == {code}, [(d.code, d.message) for d in diagnostics]
     assert _editor_errors(editor, repo / file), "the editor schema accepts it"
+
+
+def _descriptions(value: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], str]:
+    """Every description in a schema, by where it is."""
+    found: dict[tuple[str, ...], str] = {}
+    if isinstance(value, dict):
+        if isinstance(value.get("description"), str):
+            found[path] = value["description"]
+        for key, item in value.items():
+            found.update(_descriptions(item, (*path, key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.update(_descriptions(item, (*path, str(index))))
+    return found
+
+
+def test_every_immutable_field_and_only_those_say_what_a_change_replaces() -> None:
+    """The notes come from each kind's `immutable` list, in the per-kind schemas and the
+    editor's: a field made immutable (or mutable) in the model changes its description."""
+    from unet.reconciler.models import KINDS, immutable_note
+    from unet.reconciler.schema import generate_schemas, schema_file_name
+
+    generated = generate_schemas()
+    for kind, model in KINDS.items():
+        schema = generated[schema_file_name(kind)]
+        noted = {path[-1] for path, text in _descriptions(schema).items()
+                 if "Immutable:" in text}
+        assert all(text.endswith(immutable_note(model))
+                   for text in _descriptions(schema).values() if "Immutable:" in text), kind
+        assert noted == {path.split(".")[-1] for path in model.immutable}, kind
+    combined = json.dumps(generated["unet.schema.json"])
+    assert combined.count("Immutable:") >= len({p.split(".")[-1] for m in KINDS.values()
+                                                for p in m.immutable})
+    subnet = generated["Subnet.schema.json"]["$defs"]["SubnetSpec"]["properties"]
+    assert subnet["ipv4Cidr"]["description"].endswith(
+        "Immutable: changing it replaces the subnet and every port on it.")

@@ -157,3 +157,30 @@ def test_a_modeline_applies_to_its_own_document_only(
                           notes / "two.yaml": f"{modeline}{BAD}---\n{BAD}",
                           notes / "both.yaml": f"{modeline}{BAD}---\n{modeline}{BAD}"}) == [
         [5, 7], [5, 7], [5, 7, second + 5, second + 7]]
+
+
+def _hover(server: LanguageServer, path: Path, line_text: str, field: str) -> str:
+    """The hover text the server shows over `field` on the first line holding
+    `line_text` of the file."""
+    uri = server.open(path)
+    server.diagnostics_of([uri])
+    lines = path.read_text().splitlines()
+    line = next(i for i, text in enumerate(lines) if line_text in text)
+    found = server.request("textDocument/hover", {
+        "textDocument": {"uri": uri},
+        "position": {"line": line, "character": lines[line].index(field) + 1}})
+    assert found is not None, f"no hover over {field} on line {line + 1}"
+    contents = found["contents"]
+    return str(contents["value"] if isinstance(contents, dict) else contents)
+
+
+def test_hover_says_what_changing_an_immutable_field_replaces(
+        server: LanguageServer, workspace: Path) -> None:
+    network = workspace / "tenants" / "acme" / "network.yaml"
+    assert "changing it replaces the subnet and every port on it" in _hover(
+        server, network, "ipv4Cidr: 10.10.1.0/24", "ipv4Cidr")
+    assert "Immutable" not in _hover(server, network, "mtu: 1500", "mtu")
+    compute = workspace / "tenants" / "acme" / "compute.yaml"
+    assert "changing it replaces every port of the workload" in _hover(
+        server, compute, "- subnet: web", "subnet")
+    assert "Immutable" not in _hover(server, compute, "securityGroups:", "securityGroups")
