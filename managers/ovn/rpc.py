@@ -526,5 +526,6 @@ def _handshake_failed(exc: OSError, remote: str, timeout: float) -> TlsFailed:
                              "check sslCert and sslKey, and that the server trusts their CA")
         return TlsFailed(f"{failed}: {why}")
     if isinstance(exc, TimeoutError):
-        return TlsFailed(f"TLS handshake with {remote} timed out after {timeout:g} s")
+        return TlsFailed(f"TLS handshake with {remote} timed out after {timeout:g} s "
+                         "(connectTimeoutSeconds)")
     return TlsFailed(f"{failed}: {exc.strerror or exc} ({_REFUSED})")

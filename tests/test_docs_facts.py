@@ -1,0 +1,64 @@
+"""What the docs state about the code's defaults is what the code has.
+
+A doc promise the code does not keep is a defect: these read the numbers the docs give
+for the OVN manager's timeouts and compare them with its config model, so changing one
+without the other fails here.
+"""
+
+from __future__ import annotations
+
+import re
+
+from unet.managers.ovn.config import OvnConfig
+from unet.managers.sdk import ManagerConfig
+
+from .conftest import ROOT
+
+OVN_MD = (ROOT / "docs" / "ovn.md").read_text()
+API_MD = (ROOT / "docs" / "api.md").read_text()
+
+
+def defaults(config: type[ManagerConfig]) -> dict[str, float]:
+    """The numeric defaults of a manager config, by the name manifests use."""
+    return {str(field.alias): field.default for field in config.model_fields.values()
+            if isinstance(field.default, int | float) and not isinstance(field.default, bool)}
+
+
+def test_the_ovn_timeouts_table_gives_the_config_defaults() -> None:
+    table = dict(re.findall(r"^\| `(\w+Seconds)` \| ([\d.]+) \|", OVN_MD, re.MULTILINE))
+    code = defaults(OvnConfig)
+    assert set(table) == {name for name in code if name.endswith("TimeoutSeconds")}
+    assert {name: float(value) for name, value in table.items()} == \
+        {name: code[name] for name in table}
+
+
+def test_every_timeout_the_ovn_docs_quote_names_its_setting_and_default() -> None:
+    """`timed out after N s`, `within N s`: each quoted message names the setting whose
+    default N is (the TLS handshake's said 60 s, the connect timeout being 10 s)."""
+    code = defaults(OvnConfig)
+    quoted = re.findall(r"(?:timed out after|within) (\d+) s\b(\s+\((\w+)\))?", OVN_MD)
+    assert len(quoted) >= 3
+    for seconds, named, setting in quoted:
+        assert named, f"'… {seconds} s' in docs/ovn.md names no setting"
+        assert float(seconds) == code[setting], (setting, seconds)
+
+
+def test_the_api_reference_gives_the_ovn_timeout_defaults() -> None:
+    code = defaults(OvnConfig)
+    for name in (n for n in code if n.endswith("TimeoutSeconds")):
+        stated = re.search(rf"`{name}`[^`]*?default (\d+)", API_MD)
+        assert stated, f"docs/api.md gives no default for {name}"
+        assert float(stated.group(1)) == code[name], name
+
+
+def test_the_cache_step_the_docs_show_is_the_example_workflows() -> None:
+    """unet's caches live in the user's cache folder (`~/.cache/unet`), not `.unet/cache`
+    of the checkout: a `path:` of a cache step shown in the docs is the workflows'."""
+    workflows = ROOT / "examples" / "network-repo" / ".github" / "workflows"
+    used = {path for file in workflows.glob("*.yml")
+            for path in re.findall(r"^\s+path: (.+)$", file.read_text(), re.MULTILINE)}
+    assert used == {"~/.cache/unet"}
+    for doc in (ROOT / "README.md", *(ROOT / "docs").glob("*.md")):
+        for step in re.findall(r"uses: actions/cache[^\n]*\n(?:\s+\S[^\n]*\n)*?\s+path: (.+)",
+                               doc.read_text()):
+            assert step in used, f"{doc.name} shows a cache step keeping {step}"
