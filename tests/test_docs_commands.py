@@ -170,12 +170,27 @@ def _daemon_runs(tmp: Path) -> Path:
     return tmp
 
 
+def _unreachable_cluster(tmp: Path) -> Path:
+    """docs/hosting-clusters.md's first plan: the example repo (its OVN manager on the
+    embedded database) and a kubeconfig whose only context, hosting-a1, points at a
+    port where nothing listens. Commands run in the repo."""
+    repo = _example(tmp)
+    (repo / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: a1, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: unet, user: {token: not-a-token}}]\n"
+        "contexts: [{name: hosting-a1, context: {cluster: a1, user: unet}}]\n"
+        "current-context: hosting-a1\n")
+    return repo
+
+
 SCENES: dict[str, Callable[[Path], Path]] = {
     "example": _example,
     "four-mistakes": _four_mistakes,
     "pull-request": _pull_request,
     "ci-checkout": _ci_checkout,
     "daemon-runs": _daemon_runs,
+    "unreachable-cluster": _unreachable_cluster,
 }
 #: Environment variables a scene's commands see.
 SCENE_ENV = {"ci-checkout": {"BASE_REF": "main"}}
