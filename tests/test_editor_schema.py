@@ -162,3 +162,45 @@ def test_every_immutable_field_and_only_those_say_what_a_change_replaces() -> No
     subnet = generated["Subnet.schema.json"]["$defs"]["SubnetSpec"]["properties"]
     assert subnet["ipv4Cidr"]["description"].endswith(
         "Immutable: changing it replaces the subnet and every port on it.")
+
+
+def _replaced(tmp_path: Path, edit: Any) -> set[str]:
+    """The resources a pull request's plan replaces after `edit` of the example."""
+    from .test_plan_golden import plan_edit, validated
+
+    doc = plan_edit(tmp_path, validated(EXAMPLE), edit)
+    return {r["address"] for r in doc["resources"] if r["actions"] == ["delete", "create"]}
+
+
+def test_what_the_immutable_notes_say_a_change_replaces_is_what_a_plan_replaces(
+        tmp_path: Path) -> None:
+    """The notes are promises: a Subnet's CIDR replaces the subnet and every port on it
+    (its fabric workloads), a VirtualNetwork's replaces its router and with it its subnets'
+    router ports, NATGateway and attachments' NAT rules but no workload, an attachment's
+    subnet every port of that workload only."""
+    from .test_plan_golden import edit_text
+
+    def subnet_cidr(repo: Path) -> None:
+        edit_text(repo, "tenants/acme/network.yaml", "  ipv4Cidr: 10.10.1.0/24\n"
+                  "  ipv6Cidr: fd10:aaaa:0:1::/64\n  gateway: 10.10.1.1",
+                  "  ipv4Cidr: 10.10.3.0/24\n  ipv6Cidr: fd10:aaaa:0:1::/64\n"
+                  "  gateway: 10.10.3.1")
+
+    assert _replaced(tmp_path / "subnet", subnet_cidr) == {
+        "Subnet/acme/web", "ComputeInstance/acme/web-1", "ComputeInstance/acme/web-2"}
+
+    def network_cidr(repo: Path) -> None:
+        edit_text(repo, "tenants/acme/network.yaml", "ipv4Cidr: 10.10.0.0/16",
+                  "ipv4Cidr: 10.10.0.0/15")
+
+    assert _replaced(tmp_path / "network", network_cidr) == {
+        "VirtualNetwork/acme/prod", "Subnet/acme/web", "Subnet/acme/db", "Subnet/acme/nodes",
+        "NATGateway/acme/prod", "ExternalIPAttachment/acme/web-1-public",
+        "ExternalIPAttachment/acme/k1-api", "ExternalIPAttachment/acme/k1-ingress"}
+
+    def attachment(repo: Path) -> None:
+        edit_text(repo, "tenants/acme/compute.yaml", "  name: web-2\nspec:\n"
+                  "  networkAttachments:\n    - subnet: web",
+                  "  name: web-2\nspec:\n  networkAttachments:\n    - subnet: db")
+
+    assert _replaced(tmp_path / "attachment", attachment) == {"ComputeInstance/acme/web-2"}
