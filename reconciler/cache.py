@@ -37,6 +37,7 @@ import yaml
 from .diagnostics import Diagnostic
 from .plugins import plugins_digest
 from .sources import SourceFile
+from .state import state_folder
 
 KEEP_ENTRIES = 8
 CACHE_DIR_ENV = "UNET_CACHE_DIR"
@@ -211,7 +212,7 @@ class ValidationCache:
         if tag is None:
             return
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            state_folder(self.directory, mode=0o700)
             temporary = self._entry(key).with_suffix(f".{os.getpid()}.tmp")
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as out:

@@ -48,6 +48,7 @@ from .diagnostics import Diagnostic
 from .load import Document, LineSource
 from .plugins import plugins_digest
 from .schema import Manifest, manifest_of
+from .state import state_folder
 
 KEEP_PACKS = 2
 _MAGIC = b"unet parse cache 2\n"
@@ -243,7 +244,7 @@ def _write_pack(path: Path, key: str, index: _Index,
     tag = seal(_MAGIC, header, head, *blobs)
     if tag is None:
         return
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    state_folder(path.parent, mode=0o700)
     temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

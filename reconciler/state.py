@@ -1,6 +1,7 @@
-"""unet's local state folder, `.unet/`: one machine's state (the embedded Northbound
-database, the reconcile daemon's clone and history, schemas written for an editor),
-never committed.
+"""unet's local state folder, `.unet/`: one machine's state, never committed — the
+embedded Northbound database, the reconcile daemon's clone and history, schemas written
+for an editor, and the caches when `$UNET_CACHE_DIR` puts them there (by default they
+live in the user's cache folder, cache.py).
 
 Every folder unet makes there is made by `state_folder`, which also writes a
 `.gitignore` of `*` into the `.unet/` it lies in, as pytest, ruff and mypy do with their
@@ -20,10 +21,10 @@ STATE_DIR = ".unet"
 GITIGNORE = "# Created by unet: local state of this machine, never committed.\n*\n"
 
 
-def state_folder(path: Path) -> Path:
-    """Make the folder `path` (with its parents) and return it; when it lies in a
-    `.unet/`, that folder ignores itself."""
-    path.mkdir(parents=True, exist_ok=True)
+def state_folder(path: Path, mode: int = 0o777) -> Path:
+    """Make the folder `path` (with its parents; `mode` for the folder itself) and return
+    it; when it lies in a `.unet/`, that folder ignores itself."""
+    path.mkdir(mode=mode, parents=True, exist_ok=True)
     top = next((folder for folder in (path, *path.parents) if folder.name == STATE_DIR), None)
     if top is not None:
         _ignore_everything(top)

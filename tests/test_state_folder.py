@@ -7,13 +7,14 @@ that repo's `.unet/schemas/`, never into unet's own source tree."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from unet.reconciler.state import GITIGNORE, STATE_DIR, state_folder
 
 from .conftest import ROOT
 from .support.gitops import break_repo
-from .support.ovnrun import apply, unet
+from .support.ovnrun import apply, unet, unet_env
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -110,3 +111,17 @@ def test_an_existing_state_folder_gets_its_gitignore_and_a_changed_one_is_kept(
     elsewhere = state_folder(tmp_path / "state" / "reconcile")  # not under a `.unet/`
     assert elsewhere.is_dir() and not (elsewhere / ".gitignore").exists()
     assert not (tmp_path / "state" / ".gitignore").exists()
+
+
+def test_caches_put_in_a_state_folder_ignore_themselves(example_copy: Path) -> None:
+    """`$UNET_CACHE_DIR` inside the repo's `.unet/` (docs/gitops.md advises against it in
+    CI): the parsed files and validation results stay out of `git status` too."""
+    repo = committed(example_copy)
+    result = subprocess.run(
+        [sys.executable, "-m", "unet.reconciler.cli", "validate", str(repo)], cwd=repo,
+        env={**unet_env(), "UNET_CACHE_DIR": str(repo / STATE_DIR / "cache")},
+        capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert any((repo / STATE_DIR / "cache").iterdir())
+    assert_ignores_itself(repo / STATE_DIR)
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
