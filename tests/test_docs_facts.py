@@ -62,3 +62,34 @@ def test_the_cache_step_the_docs_show_is_the_example_workflows() -> None:
         for step in re.findall(r"uses: actions/cache[^\n]*\n(?:\s+\S[^\n]*\n)*?\s+path: (.+)",
                                doc.read_text()):
             assert step in used, f"{doc.name} shows a cache step keeping {step}"
+
+
+def _api_sections() -> dict[str, str]:
+    """docs/api.md's `### Kind …` sections, by the first kind their heading names."""
+    from unet.reconciler.models import KINDS
+
+    sections: dict[str, str] = {}
+    for section in re.split(r"^### ", API_MD, flags=re.MULTILINE)[1:]:
+        heading = section.split("\n", 1)[0]
+        named = [kind for kind in KINDS if re.match(rf"{kind}\b", heading)]
+        if named:
+            sections[named[0]] = section
+    return sections
+
+
+def test_the_api_reference_marks_immutable_the_fields_the_planner_replaces_by() -> None:
+    """A field table row says `immutable` exactly for the fields in the kind's `immutable`
+    list (workloads' attachments are described in prose, not a table)."""
+    from unet.reconciler.models import KINDS
+
+    sections = _api_sections()
+    assert {"Subnet", "VirtualNetwork", "ExternalIPAttachment", "ProviderNetwork"} <= set(sections)
+    for kind, section in sections.items():
+        marked: set[str] = set()
+        for row in re.findall(r"^\|(.*)\|\s*$", section, re.MULTILINE):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)]
+            fields = re.findall(r"`(spec\.[\w.]+)`", cells[0])
+            if fields and any(re.search(r"\bimmutable\b", c) for c in cells[2:4]):
+                marked |= set(fields)
+        tabled = {p for p in KINDS[kind].immutable if "*" not in p}
+        assert marked == tabled, kind
