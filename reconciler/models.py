@@ -486,7 +486,7 @@ class ExternalIPAttachmentSpec(_Model):
 class ExternalIPAttachment(_TenantResource):
     immutable: ClassVar[tuple[str, ...]] = (
         "spec.externalIP", "spec.target.kind", "spec.target.name", "spec.target.endpoint")
-    replaces: ClassVar[str] = "the attachment (its NAT rule)"
+    replaces: ClassVar[str] = "the attachment (its NAT rule, or its load balancer)"
     kind: Literal["ExternalIPAttachment"]
     spec: ExternalIPAttachmentSpec
 
