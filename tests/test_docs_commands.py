@@ -54,7 +54,9 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.document.relative_to(ROOT)}:{self.line}"
+        shown = self.document.relative_to(ROOT) if self.document.is_relative_to(ROOT) \
+            else self.document
+        return f"{shown}:{self.line}"
 
     @property
     def is_transcript(self) -> bool:
@@ -88,9 +90,12 @@ def blocks_of(document: Path) -> list[Block]:
     return found
 
 
+def command_blocks_of(document: Path) -> list[Block]:
+    return [block for block in blocks_of(document) if block.is_command]
+
+
 def command_blocks() -> list[Block]:
-    return [block for document in DOCUMENTS for block in blocks_of(document)
-            if block.is_command]
+    return [block for document in DOCUMENTS for block in command_blocks_of(document)]
 
 
 # --- scenes: where a block runs ------------------------------------------------------------
@@ -331,6 +336,20 @@ def test_every_command_block_is_marked_run_or_skip_with_a_reason(
                          ids=lambda b: b.where)
 def test_the_command_block_runs_and_prints_what_is_shown(block: Block, tmp_path: Path) -> None:
     run_block(block, tmp_path)
+
+
+def test_rebaselining_writes_what_is_printed_now(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text("Text.\n\n  <!-- docs-test: run example -->\n  ```console\n"
+                   "  $ echo now; echo second\n  then\n  ```\nMore.\n")
+    [block] = command_blocks_of(doc)
+    with pytest.raises(AssertionError, match="shown line 1 is not printed there: 'then'"):
+        run_block(block, tmp_path / "check")
+    monkeypatch.setattr(sys.modules[__name__], "UPDATE", True)
+    run_block(block, tmp_path / "update")
+    assert doc.read_text() == ("Text.\n\n  <!-- docs-test: run example -->\n  ```console\n"
+                               "  $ echo now; echo second\n  now\n  second\n  ```\nMore.\n")
 
 
 def test_a_shown_output_that_differs_fails(tmp_path: Path) -> None:
