@@ -93,3 +93,20 @@ def test_the_api_reference_marks_immutable_the_fields_the_planner_replaces_by() 
                 marked |= set(fields)
         tabled = {p for p in KINDS[kind].immutable if "*" not in p}
         assert marked == tabled, kind
+
+
+def test_the_guides_network_manager_is_valid() -> None:
+    """docs/hosting-clusters.md's NetworkManager, its placeholders filled in, passes the
+    manifest schema and the kubernetes manager's config."""
+    import yaml
+
+    from unet.managers.kubernetes import KubernetesConfig
+    from unet.reconciler.models import KINDS
+
+    guide = (ROOT / "docs" / "hosting-clusters.md").read_text()
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", guide, re.DOTALL)
+               if "kind: NetworkManager" in b]
+    manifest = yaml.safe_load(block.replace("REGION", "region-a").replace("CLUSTER", "c1"))
+    KINDS["NetworkManager"].model_validate(manifest)
+    config = KubernetesConfig.model_validate(manifest["spec"]["config"])
+    assert [c.context for c in config.clusters] == ["c1"]
