@@ -386,6 +386,39 @@ def show_bindings(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- show usage -----------------------------------------------------------------------------
+
+
+def show_usage(args: argparse.Namespace) -> int:
+    """Size, used and free of every pool, subnet and segment range: used as the backends
+    record it (or, with --offline, as the repo's own allocation takes it)."""
+    import json
+
+    from .usage import demanded, recorded, render_text, to_json
+
+    head = _validated_head(args, args.path, args.rev)
+    if head is None:
+        return EXIT_ERROR
+    assert head.context is not None
+    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
+        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+        return EXIT_ERROR
+    model = Model(head.context)
+    if args.offline:
+        usages = demanded(model, args.tenant)
+    else:
+        held = engine.read_allocations(head, RunOptions(workdir=args.path.resolve(),
+                                                        only=args.manager))
+        usages = recorded(model, held, args.tenant)
+    if args.format == "json":
+        document = to_json(usages, model.installation, "offline" if args.offline
+                           else "backends")
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(render_text(usages))
+    return EXIT_OK
+
+
 # --- reach ----------------------------------------------------------------------------------
 
 

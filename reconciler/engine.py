@@ -240,6 +240,18 @@ def read_desired(head: Validation, options: RunOptions) -> Desired:
     return render_desired(head, observed_allocations(observed), new_are_unknown=True)
 
 
+def read_allocations(head: Validation, options: RunOptions) -> dict[str, Held]:
+    """The allocations the backends record, read without their locks (nothing is changed)
+    and without rendering the desired state."""
+    model = Model(head.context)  # type: ignore[arg-type]
+    managers = managers_of(model, options.only, resolve=True)
+    with contextlib.ExitStack() as stack:
+        sessions = [stack.enter_context(managers[name].connect(options.workdir))
+                    for name in sorted(managers)]
+        return observed_allocations(obj for session in sessions
+                                    for obj in session.observe().objects)
+
+
 @contextlib.contextmanager
 def _sessions(managers: Mapping[str, Manager], readers: Mapping[str, Manager],
               options: RunOptions, outcome: Outcome

@@ -36,6 +36,7 @@ from ..errors import EXIT_OK, UnetError
 from ..plan import Plan
 from ..shard import Shard
 from ..sources import DEFAULT_MAX_FILE_BYTES
+from ..usage import Usage, allocated, recorded
 from ..validate import ParsedFiles, Validation, parsed_files, revision_info
 from .election import ACTIVE, Election
 from .endpoints import listen
@@ -104,6 +105,9 @@ class Reconciler:
         self.parsed: ParsedFiles | None = None  # the last run's files, kept parsed
         self._last_plan_json: dict[str, Any] | None = None
         self.last_validation: Any = None
+        #: The usage of the pools after the last run that planned (daemon gauges); None
+        #: until one did, or after a run that planned nothing.
+        self.usage: list[Usage] | None = None
         self.election = Election(options.workdir) if options.replicas else None
         self.watches = Watches(options.workdir) if options.watch else None
         self.incremental = Incremental(self.watches, options.managers,
@@ -132,6 +136,7 @@ class Reconciler:
         run = Run(started=now(), source=self.options.repo or str(self.options.path),
                   branch=self.options.branch if self.options.repo else None)
         self._last_plan, self._last_plan_json, self.last_validation = None, None, None
+        self.usage = None
         try:
             self._run(run)
         except Exception as exc:  # a run never takes the daemon down; it is reported
@@ -254,6 +259,7 @@ class Reconciler:
         plan = outcome.plan
         assert plan is not None
         self.incremental.remember(files, scope, outcome)
+        self.usage = _usage(outcome)
         if not plan.ok:
             return _refused(run, "errors in the plan", plan.diagnostics)
         _conclude(run, outcome)
@@ -304,6 +310,16 @@ class Reconciler:
             repo_changes = {c.uid for c in plan.changes if c.action.changes}
             plan = restrict_to(plan, repo_changes - plan.drift_ids)
         return plan
+
+
+def _usage(outcome: Outcome) -> list[Usage] | None:
+    """What the backends hold of every pool once the run is over: what they recorded, and
+    what the plan allocated (applied, or about to be: the figures of `show usage` after
+    the next apply)."""
+    desired = outcome.desired
+    if desired is None:
+        return None
+    return recorded(desired.model.full, {**desired.held, **allocated(desired.allocations)})
 
 
 def _log_waiting(text: str) -> None:
@@ -397,6 +413,7 @@ def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> i
         run = reconciler.run_once()
         if endpoints is not None:
             metrics.observe(run)
+            metrics.usage(reconciler.usage)
             endpoints.publish(metrics)
         log_line(run)
         if reconciler.last_plan_has_changes:  # the plan's JSON only then: seconds to build
@@ -443,6 +460,7 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
                                 "ended: stopping, so that the daemon is started again whole")
             run = reconciler.run_once()
             metrics.observe(run, reconciler.election)
+            metrics.usage(reconciler.usage)
             endpoints.publish(metrics)
             log_line(run)
             heap.after_run(young_only=run.scope != "full")
