@@ -13,6 +13,7 @@ demo: setup
 	$(BIN)/unet validate examples/network-repo
 	$(BIN)/unet apply examples/network-repo --manager ovn --auto-approve
 	$(BIN)/unet plan examples/network-repo --manager ovn
+	$(BIN)/unet show usage examples/network-repo --manager ovn
 
 test: setup
 	$(BIN)/ruff check .

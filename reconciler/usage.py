@@ -29,7 +29,7 @@ from .allocate import Allocations
 from .check.context import AddressSpace
 from .diagnostics import Diagnostic, json_pointer
 from .model import Model
-from .models import segment_of
+from .models import Family, segment_of
 from .objects import Held
 from .schema import Manifest
 
@@ -37,8 +37,9 @@ from .schema import Manifest
 NEARLY_FULL_PERCENT = 90
 FORMAT_VERSION = "1.0"
 
-#: (kind, tenant, name, family): one space. Kind: ExternalIPPool, Subnet, ProviderNetwork,
-#: or NetworkClass (its segment range; family None).
+#: (kind, tenant, name, family): one space. Kind: ExternalIPPool, Subnet or ProviderNetwork
+#: (the addresses ports get), VIPBlock (a Subnet's block of Cluster VIPs, which ports never
+#: get), or NetworkClass (its segment range; family None).
 SpaceId = tuple[str, str | None, str, int | None]
 
 
@@ -56,6 +57,8 @@ class Space:
         owner = f"{tenant}/{name}" if tenant else name
         if kind == "NetworkClass":
             return f"NetworkClass {owner} segment range"
+        if kind == "VIPBlock":
+            return f"Subnet {owner} IPv{family} VIP block"
         return f"{kind} {owner}" + (f" IPv{family}" if kind != "ExternalIPPool" else "")
 
 
@@ -95,11 +98,10 @@ def spaces(model: Model, tenant: str | None = None) -> list[Space]:
              and (tenant is None or not pool.obj.spec.tenants
                   or tenant in pool.obj.spec.tenants)]
     segments = [*model.kind("Subnet"), *model.kind("ProviderNetwork")]
-    subnets = [Space((segment.kind, segment.tenant, segment.name, version), _capacity(space),
-                     segment)
-               for segment in segments if tenant is None or segment.tenant == tenant
+    subnets = [part for segment in segments if tenant is None or segment.tenant == tenant
                for version, space in sorted(model.subnet_spaces(segment.tenant,
-                                                                segment.name).items())]
+                                                                segment.name).items())
+               for part in _subnet_parts(segment, version, space)]
     used_classes = {model.ctx.vn_class.get((s.tenant, s.obj.spec.virtual_network))
                     for s in model.kind("Subnet") if s.tenant == tenant}
     classes = [Space(("NetworkClass", None, cls.name, None),
@@ -109,11 +111,30 @@ def spaces(model: Model, tenant: str | None = None) -> list[Space]:
     return [*pools, *subnets, *classes]
 
 
-def _capacity(space: AddressSpace) -> int:
-    """Addresses allocation may hand out: its ranges, less what they reserve."""
-    size = sum(last - first + 1 for first, last in space.ranges)
+def _subnet_parts(segment: Manifest, version: int, space: AddressSpace) -> list[Space]:
+    """The addresses of a subnet's ports, and its VIP block when it has one: two spaces,
+    as a port never gets an address of the block."""
+    ports = Space((segment.kind, segment.tenant, segment.name, version),
+                  _capacity(space, space.vip_block), segment)
+    if space.vip_block is None:
+        return [ports]
+    first, last = space.vip_block
+    vips = AddressSpace(space.net, space.gateway, space.reserved, [(first, last)])
+    return [ports, Space(("VIPBlock", segment.tenant, segment.name, version),
+                         _capacity(vips, None), segment)]
+
+
+def _capacity(space: AddressSpace, skip: tuple[int, int] | None = None) -> int:
+    """Addresses allocation may hand out: its ranges (but `skip`), less what they
+    reserve."""
+    size = 0
+    for first, last in space.ranges:
+        size += last - first + 1
+        if skip is not None:
+            size -= max(0, min(last, skip[1]) - max(first, skip[0]) + 1)
     return size - sum(1 for value in space.reserved
-                      if any(first <= value <= last for first, last in space.ranges))
+                      if any(first <= value <= last for first, last in space.ranges)
+                      and not (skip is not None and skip[0] <= value <= skip[1]))
 
 
 # --- used: recorded in the backends ---------------------------------------------------------
@@ -173,8 +194,10 @@ class _Recorded:
                 self.unscoped.get(str(tenant), set()) if tenant is not None else set())
         assert found is not None
         net = found.net
+        block = found.vip_block if kind in ("Subnet", "VIPBlock") else None
         return sum(1 for version, value in candidates
-                   if version == net.version and net.first <= value <= net.last)
+                   if version == net.version and net.first <= value <= net.last
+                   and _in_part(kind, value, block))
 
     def _segments(self, space: Space) -> int:
         """Segment ids in the class's range held by its subnets and provider networks, and
@@ -200,6 +223,13 @@ class _Recorded:
             return None
         found = self.model.class_of(tenant, subnet.obj.spec.virtual_network)
         return found.name if found is not None else None
+
+
+def _in_part(kind: str, value: int, block: tuple[int, int] | None) -> bool:
+    """Whether an address of a subnet counts in this part of it: the VIP block, or the
+    rest (the ports')."""
+    inside = block is not None and block[0] <= value <= block[1]
+    return inside if kind == "VIPBlock" else not inside
 
 
 def _parsed(text: str) -> tuple[int, int] | None:
@@ -231,10 +261,11 @@ def _demand(model: Model) -> dict[SpaceId, int]:
         for attachment in workload.obj.spec.network_attachments:
             tenant, name = segment_of(workload.tenant, attachment)
             kind = "Subnet" if tenant is not None else "ProviderNetwork"
-            for version in model.port_spaces(workload, attachment):
-                counts[kind, tenant, name, version] += 1
+            for version, space in model.port_spaces(workload, attachment).items():
+                fixed = getattr(attachment, Family(version).address_attr)
+                counts[_part_of(kind, space, fixed, False), tenant, name, version] += 1
         if workload.kind == "Cluster":
-            _count_vips(workload, counts)
+            _count_vips(model, workload, counts)
     for subnet in model.kind("Subnet"):
         cls = model.class_of(subnet.tenant, subnet.obj.spec.virtual_network)
         if cls is not None and cls.obj.spec.k8s_manager is not None:
@@ -246,13 +277,25 @@ def _demand(model: Model) -> dict[SpaceId, int]:
     return counts
 
 
-def _count_vips(cluster: Manifest, counts: dict[SpaceId, int]) -> None:
-    """A Cluster's API and ingress VIPs, on its first subnet: allocated ones are IPv4."""
+def _count_vips(model: Model, cluster: Manifest, counts: dict[SpaceId, int]) -> None:
+    """A Cluster's API and ingress VIPs, on its first subnet: allocated ones are IPv4, from
+    the VIP block when it has one."""
     spec = cluster.obj.spec
     subnet = spec.network_attachments[0].subnet
     for fixed in (spec.api_vip, spec.ingress_vip):
         version = netaddr.IPAddress(fixed).version if fixed is not None else 4
-        counts["Subnet", cluster.tenant, subnet, version] += 1
+        space = model.subnet_spaces(cluster.tenant, subnet).get(version)
+        if space is not None:
+            counts[_part_of("Subnet", space, fixed, True), cluster.tenant, subnet, version] += 1
+
+
+def _part_of(kind: str, space: AddressSpace, fixed: str | None, vip: bool) -> str:
+    """Where a value is drawn from: a fixed one where it lies, an allocated VIP from the
+    VIP block (when there is one), an allocated port address from the rest."""
+    block = space.vip_block
+    if fixed is None:
+        return "VIPBlock" if vip and block is not None else kind
+    return "VIPBlock" if _in_part("VIPBlock", int(netaddr.IPAddress(fixed)), block) else kind
 
 
 # --- what is said of it ---------------------------------------------------------------------

@@ -82,8 +82,8 @@ def test_what_the_fabric_records_is_what_the_repo_takes_once_applied(
 def test_a_tenant_sees_its_subnets_and_the_shared_spaces_it_draws_from(
         tmp_path: Path, example_copy: Path) -> None:
     spaces = usage(tmp_path, example_copy, "--offline", "--tenant", "initech")
-    assert {key[0] for key in spaces} == {"ExternalIPPool", "Subnet", "NetworkClass"}
-    assert {key[1] for key in spaces if key[0] == "Subnet"} == {"initech"}
+    assert {key[0] for key in spaces} == {"ExternalIPPool", "Subnet", "VIPBlock", "NetworkClass"}
+    assert {key[1] for key in spaces if key[0] in ("Subnet", "VIPBlock")} == {"initech"}
     assert ("ExternalIPPool", None, "public-b", None) not in spaces, "globex's pool alone"
     missing = unet(tmp_path, "show", "usage", str(example_copy), "--offline", "--tenant",
                    "nobody")
@@ -139,3 +139,25 @@ def test_the_daemon_exports_the_usage_as_gauges(lab: OvnLab, repo: Path,
 
     metrics.usage(None)  # a run that planned nothing keeps the figures
     assert generate_latest(metrics.registry).decode().count("unet_pool_used{") == len(recorded)
+
+
+def test_validate_names_a_nearly_full_subnet_and_segment_range_where_they_are_sized(
+        example_copy: Path) -> None:
+    from unet.reconciler.validate import validate_repo
+
+    # initech's build subnet: ports get one address (its one VM has it), VIPs the
+    # class's /28 block; standard-a's VLANs cut to the four its bridged subnets use
+    edit(example_copy, "tenants/initech/network.yaml", "ipv4Cidr: 192.168.1.0/24",
+         "ipv4Cidr: 192.168.1.0/27\n  allocationRanges:\n    - {start: 192.168.1.2, "
+         "end: 192.168.1.2}")
+    edit(example_copy, "provider/classes.yaml", "end: 1999", "end: 1003")
+    found = {d.message: d for d in validate_repo(example_copy).diagnostics
+             if d.code == "POOL_NEARLY_FULL"}
+    assert sorted(found) == [
+        "NetworkClass standard-a segment range is 100 % full: 4 of 4 segment ids used, 0 free",
+        "Subnet initech/build IPv4 is 100 % full: 1 of 1 addresses used, 0 free"]
+    segment = found[sorted(found)[0]]
+    assert (segment.file, segment.path) == ("provider/classes.yaml", "/spec/segmentRange")
+    subnet = found[sorted(found)[1]]
+    assert (subnet.file, subnet.path) == ("tenants/initech/network.yaml", "/spec/ipv4Cidr")
+    assert subnet.line == 20 and not subnet.is_error
