@@ -200,6 +200,7 @@ def _add_show(commands: Commands) -> None:
                          help="read only this NetworkManager's backend (repeatable)")
     binding.set_defaults(func=_command("show_bindings"))
     _add_show_usage(show_what)
+    _add_show_status(show_what)
     network_class = show_what.add_parser("networkclass",
                                          help="a NetworkClass and its effective capabilities")
     network_class.add_argument("name")
@@ -222,6 +223,22 @@ def _add_show_usage(show_what: Commands) -> None:
     usage.add_argument("--manager", action="append", metavar="NAME",
                        help="read only this NetworkManager's backend (repeatable)")
     usage.set_defaults(func=_command("show_usage"))
+
+
+def _add_show_status(show_what: Commands) -> None:
+    shown = show_what.add_parser(
+        "status", help="per manifest: Ready, Pending (why) or Failed (the error), and its "
+                       "allocated values",
+        description="Read from the backends without their locks (nothing is changed): a "
+                    "manifest is Ready when its backend objects are what the revision asks.")
+    _add_repo_arguments(shown)
+    shown.add_argument("--tenant", metavar="NAME",
+                       help="only this tenant's manifests (nothing of another tenant)")
+    shown.add_argument("--format", choices=FORMATS[:2], default="text")
+    shown.add_argument("--manager", action="append", metavar="NAME",
+                       help="read only this NetworkManager's backend (repeatable)")
+    reconcile.add_region_argument(shown)
+    shown.set_defaults(func=_command("show_status"))
 
 
 def _add_reach(commands: Commands) -> None:

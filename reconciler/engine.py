@@ -142,6 +142,16 @@ class Outcome:
     def complete(self) -> bool:
         return not self.failures and not self.mismatches
 
+    def pending(self, stopped: bool = False) -> list[str]:
+        """The manifests an apply left pending: those of its failed steps and of objects
+        not as planned after it; when it `stopped` before its end, of every change it was
+        to make (which of them were made is not known)."""
+        if self.applied is None:
+            return []
+        left = set(self.failures) | set(self.mismatches)
+        return sorted({c.obj.owner for c in self.applied.changes if c.action.changes
+                       and (stopped or c.uid in left)})
+
 
 class RunFailed(Stopped):
     """A run against the backends that stopped before its end: `cause` says why, `outcome`
@@ -250,6 +260,26 @@ def read_allocations(head: Validation, options: RunOptions) -> dict[str, Held]:
                     for name in sorted(managers)]
         return observed_allocations(obj for session in sessions
                                     for obj in session.observe().objects)
+
+
+def read_plan(head: Validation, inputs: dict[str, Any], options: RunOptions
+              ) -> tuple[Plan, Mapping[str, Held]]:
+    """A plan against the backends read without their locks (nothing is changed: a view,
+    as `unet show status` gives), and the allocations they record."""
+    model = Model(head.context)  # type: ignore[arg-type]
+    managers = run_managers(head, model, options.only)
+    readers = allocation_readers(model, managers)
+    with contextlib.ExitStack() as stack:
+        reading = {name: stack.enter_context(readers[name].connect(options.workdir))
+                   for name in sorted(readers)}
+        sessions = {name: stack.enter_context(managers[name].connect(options.workdir))
+                    for name in sorted(managers)}
+        observations = {name: _claimed(head, sessions[name].observe())
+                        for name in sorted(sessions)}
+        hints = [(name, reading[name].observe()) for name in sorted(reading)]
+    held = in_objects([*sorted(observations.items()), *hints])
+    desired = render_fresh(head, held, sorted(managers))
+    return plan_live(head, managers, observations, inputs, desired), held
 
 
 @contextlib.contextmanager

@@ -282,6 +282,7 @@ class Reconciler:
         except RunFailed as failed:
             locked = failed.outcome
             run.locked_at, run.unlocked_at = locked.locked_at, locked.unlocked_at
+            run.pending = locked.pending(stopped=True)
             raise failed.cause from None
         run.locked_at, run.unlocked_at = outcome.locked_at, outcome.unlocked_at
         return outcome
@@ -356,8 +357,12 @@ def _conclude(run: Run, outcome: Outcome) -> None:
     if not outcome.complete:
         problems = [f"{uid}: {why}" for uid, why in sorted(outcome.failures.items())]
         problems += [f"{uid}: {how}" for uid, how in outcome.mismatches.items()]
+        run.pending = outcome.pending()
         raise ReconcileError(f"the apply did not complete: {len(problems)} objects are not as "
-                             f"planned, first {problems[0]}; the next run tries again")
+                             f"planned, first {problems[0]}; left pending: "
+                             f"{', '.join(run.pending[:5])}"
+                             + (f" and {len(run.pending) - 5} more" if len(run.pending) > 5
+                                else "") + "; the next run tries again")
     counts = outcome.counts
     done = (f"applied {counts['create']} created, {counts['update']} updated, "
             f"{counts['delete']} deleted in {outcome.seconds:.2f} s")
