@@ -14,6 +14,7 @@ demo: setup
 	$(BIN)/unet apply examples/network-repo --manager ovn --auto-approve
 	$(BIN)/unet plan examples/network-repo --manager ovn
 	$(BIN)/unet show usage examples/network-repo --manager ovn
+	$(BIN)/unet show status examples/network-repo --manager ovn --tenant acme
 
 test: setup
 	$(BIN)/ruff check .

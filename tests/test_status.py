@@ -124,3 +124,22 @@ def test_an_apply_that_fails_part_way_names_the_manifests_it_left_pending(
     assert code == 0, err
     web = by_ref(json.loads(out))["Subnet/acme/web"]["condition"]
     assert web["type"] == "Pending" and "ClusterUserDefinedNetwork" in web["message"], web
+
+
+def test_the_daemon_records_the_manifests_a_failed_apply_left_pending(
+        make_env: Any, tmp_path: Path) -> None:  # noqa: F811  (the fixture imported above)
+    from unet.reconciler.daemon.history import read_history
+    from unet.reconciler.daemon.loop import Options, Reconciler
+
+    env = make_env(**{"hosting-a1": {"finalizer_seconds": 600}})
+    state = tmp_path / "state"
+    reconciler = Reconciler(Options(path=env.repo, managers=["kubernetes"], state_dir=state,
+                                    workdir=env.repo, parse_cache=False))
+    assert reconciler.run_once().result == "applied"
+    edit_text(env.repo, "provider/managers.yaml", "    namespaceLabel: network.osac.io/tenant",
+              "    namespaceLabel: network.osac.io/tenant\n    deleteTimeoutSeconds: 0.3")
+    _set_mtu(env.repo, 1400)
+    run = reconciler.run_once()
+    assert run.result == "error" and run.pending == ["Subnet/acme/web"], run.message
+    assert "left pending: Subnet/acme/web; the next run tries again" in run.message
+    assert read_history(state)[-1]["pending"] == ["Subnet/acme/web"]
