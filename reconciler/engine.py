@@ -201,6 +201,8 @@ def _run(head: Validation, inputs: dict[str, Any], options: RunOptions, gate: Ga
             done = _execute(todo, sessions, observations, observe, options.progress, outcome)
             outcome.reports = _reports(sessions, plan.changes, done)
         _record(sessions, full, todo, outcome)
+        if todo.has_changes:
+            _publish_status(head, sessions, full, todo, outcome, inputs)
 
 
 def run_managers(head: Validation, model: Model, only: Sequence[str] | None
@@ -384,6 +386,38 @@ def _record(sessions: Mapping[str, Session], full: Plan, todo: Plan,
     for name, session in sessions.items():
         if name not in unfinished and name in full.desired_digests:
             session.record_applied(full.desired_digests[name])
+
+
+def _publish_status(head: Validation, sessions: Mapping[str, Session], full: Plan,
+                    todo: Plan, outcome: Outcome, inputs: dict[str, Any]) -> None:
+    """Each manager's tenants whose objects the apply changed are told their status
+    (Session.publish_status); what could not be published joins the manager's report."""
+    from .status import after_apply, allocated_values, tenant_of
+
+    desired = outcome.desired
+    assert desired is not None
+    if not any(session.publishes_status for session in sessions.values()):
+        return
+    touched = {tenant_of(c.obj.owner) for c in todo.changes if c.action.changes}
+    owner_of = {c.uid: c.obj.owner for c in todo.changes}
+    left = {owner_of[uid]: why for uid, why in (*outcome.failures.items(),
+                                                 *outcome.mismatches.items())}
+    values = allocated_values({key: a.held() for key, a in desired.allocations.values.items()
+                               if a.known})
+    by_tenant: dict[str | None, list[Any]] = {}
+    for manifest in head.manifests:
+        by_tenant.setdefault(manifest.tenant, []).append(manifest)
+    revision = inputs.get("head", {}).get("commit")
+    for name in sorted(n for n, session in sessions.items() if session.publishes_status):
+        served = {tenant_of(o.owner) for o in desired.objects if o.manager == name}
+        tenants = sorted(t for t in served & touched if t is not None)
+        if not tenants:
+            continue
+        lines = sessions[name].publish_status(
+            {t: after_apply(by_tenant.get(t, []), full, todo, left, values, revision, t)
+             for t in tenants})
+        if lines:
+            outcome.reports.setdefault(name, []).extend(lines)
 
 
 # --- saved plans ----------------------------------------------------------------------------

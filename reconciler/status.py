@@ -14,7 +14,7 @@ manifests only, their own allocations, and the errors said at its own files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .allocate import holder_of
@@ -32,22 +32,59 @@ PENDING_CODES = frozenset({"TARGET_PENDING"})
 def status(manifests: Iterable[Manifest], plan: Plan, held: Mapping[str, Held],
            revision: str | None, tenant: str | None = None) -> dict[str, Any]:
     """Every manifest's status (of `tenant`'s manifests only, with it), in a fixed order."""
-    chosen = sorted((m for m in manifests if tenant is None or m.tenant == tenant),
-                    key=lambda m: m.ref)
+    chosen = [m for m in manifests if tenant is None or m.tenant == tenant]
     said = _said_at(chosen, plan.diagnostics)
     resources = {r.address: r for r in plan.resources}
-    values = allocated_values(held)
+    return _document(chosen, plan.installation, revision, tenant, allocated_values(held),
+                     lambda m: _condition(said.get(m.ref, []), resources.get(m.ref)))
+
+
+def after_apply(manifests: Iterable[Manifest], plan: Plan, applied: Plan,
+                left: Mapping[str, str], values: Mapping[str, dict[str, str]],
+                revision: str | None, tenant: str) -> dict[str, Any]:
+    """A tenant's status once `applied` (of `plan`) was carried out: Pending what the apply
+    `left` (owner → why) and the changes it was not to make (drift left in place), as a
+    target not declared yet; Ready at `revision` the rest. `manifests`: the tenant's;
+    `values`: what allocated_values gives of the allocations."""
+    said = _said_at(list(manifests), plan.diagnostics)
+    done = {c.uid for c in applied.changes}
+    resources = {r.address: r for r in plan.resources}
+
+    def condition(manifest: Manifest) -> dict[str, Any]:
+        if manifest.ref in left:
+            return {"type": PENDING, "reason": "APPLY_FAILED", "message": left[manifest.ref]}
+        resource = resources.get(manifest.ref)
+        if resource is not None and any(c.action.changes and c.uid not in done
+                                        for c in resource.changes):
+            return {"type": PENDING, "reason": "NOT_APPLIED",
+                    "message": f"left by this apply: {resource.reason}"}
+        return _condition(said.get(manifest.ref, []), None)
+
+    return _document(manifests, plan.installation, revision, tenant, values, condition)
+
+
+def _document(manifests: Iterable[Manifest], installation: str, revision: str | None,
+              tenant: str | None, values: Mapping[str, dict[str, str]],
+              condition_of: Callable[[Manifest], dict[str, Any]]) -> dict[str, Any]:
     out: list[dict[str, Any]] = []
-    for manifest in chosen:
-        condition = _condition(said.get(manifest.ref, []), resources.get(manifest.ref))
+    for manifest in sorted(manifests, key=lambda m: m.ref):
+        condition = condition_of(manifest)
         out.append({"kind": manifest.kind, "tenant": manifest.tenant, "name": manifest.name,
                     "file": manifest.doc.file, "line": manifest.doc.line,
                     "revision": revision if condition["type"] == READY else None,
                     "allocated": values.get(manifest.ref, {}), "condition": condition})
-    return {"format_version": FORMAT_VERSION, "installation": plan.installation,
+    return {"format_version": FORMAT_VERSION, "installation": installation,
             "revision": revision, "tenant": tenant, "manifests": out,
             "counts": {kind: sum(m["condition"]["type"] == kind for m in out)
                        for kind in (READY, PENDING, FAILED)}}
+
+
+def tenant_of(owner: str) -> str | None:
+    """The tenant of an object's owner (`Kind/tenant/name`, or `Tenant/name`)."""
+    parts = owner.split("/")
+    if len(parts) == 3:
+        return parts[1]
+    return parts[1] if parts[0] == "Tenant" and len(parts) == 2 else None
 
 
 def _condition(said: list[Diagnostic], resource: Any) -> dict[str, Any]:

@@ -143,3 +143,41 @@ def test_the_daemon_records_the_manifests_a_failed_apply_left_pending(
     assert run.result == "error" and run.pending == ["Subnet/acme/web"], run.message
     assert "left pending: Subnet/acme/web; the next run tries again" in run.message
     assert read_history(state)[-1]["pending"] == ["Subnet/acme/web"]
+
+
+def _published(env: Any, cluster: str, namespace: str) -> dict[str, Any] | None:
+    found = [o for o in env.clusters[cluster].objects("configmaps")
+             if o["metadata"]["name"] == "unet-status.kubernetes"
+             and o["metadata"]["namespace"] == namespace]
+    return json.loads(found[0]["data"]["status.json"]) if found else None
+
+
+def test_an_apply_publishes_each_tenants_status_beside_its_bindings(
+        make_env: Any) -> None:  # noqa: F811  (the fixture imported above)
+    env = make_env(**{"hosting-a1": {"finalizer_seconds": 600}})
+    assert env.apply()[0] == 0
+    for cluster in ("hosting-a1", "hosting-a2"):
+        acme = _published(env, cluster, "acme")
+        assert acme is not None and acme["tenant"] == "acme"
+        assert {m["tenant"] for m in acme["manifests"]} == {"acme"}, "acme's alone"
+        assert "initech" not in json.dumps(acme) and "globex" not in json.dumps(acme)
+        web = by_ref(acme)["Subnet/acme/web"]
+        assert web["condition"]["type"] == "Ready" and web["allocated"]["segmentId"]
+        assert by_ref(acme)["ExternalIPAttachment/acme/web-3-public"]["condition"][
+            "reason"] == "TARGET_PENDING"
+        initech = _published(env, cluster, "initech")
+        assert initech is not None and {m["tenant"] for m in initech["manifests"]} == {
+            "initech"}
+        meta = env.clusters[cluster].objects("configmaps")
+        assert any(o["metadata"].get("labels", {}).get("network.osac.io/installation")
+                   == "example" for o in meta if o["metadata"]["name"].startswith("unet-st"))
+    assert env.plan()[0] == 0 and "No changes" in env.plan()[1], "never drift"
+
+    edit_text(env.repo, "provider/managers.yaml", "    namespaceLabel: network.osac.io/tenant",
+              "    namespaceLabel: network.osac.io/tenant\n    deleteTimeoutSeconds: 0.3")
+    _set_mtu(env.repo, 1400)
+    assert env.apply()[0] == 1
+    web = by_ref(_published(env, "hosting-a2", "acme") or {})["Subnet/acme/web"]
+    assert web["condition"]["type"] == "Pending" and web["condition"]["reason"] == \
+        "APPLY_FAILED", web
+    assert "still being deleted" in web["condition"]["message"]
