@@ -218,11 +218,11 @@ def _warnings(head: Validation) -> list[Diagnostic]:
 
 def _live_warnings(head: Validation, desired: Desired) -> list[Diagnostic]:
     """The revision's warnings, POOL_NEARLY_FULL counted from what the backends hold once
-    the plan is applied (their recorded values, and what the plan allocates) instead of
-    from the revision alone: values that prune keeps take room too."""
-    from .usage import allocated, nearly_full, recorded
+    the plan is applied (what it allocates, and with prune off the values removed
+    resources keep) instead of from the revision alone."""
+    from .usage import after_apply, nearly_full, recorded
 
-    after = {**desired.held, **allocated(desired.allocations)}
+    after = after_apply(desired.held, desired.allocations, bool(desired.model.config.prune))
     return [d for d in _warnings(head) if d.code != "POOL_NEARLY_FULL"] + nearly_full(
         recorded(desired.model.full, after))
 

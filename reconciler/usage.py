@@ -151,6 +151,14 @@ def allocated(allocations: Allocations) -> dict[str, Held]:
     return {key: value.held() for key, value in allocations.values.items() if value.known}
 
 
+def after_apply(held: Mapping[str, Held], allocations: Allocations, prune: bool
+                ) -> dict[str, Held]:
+    """What the backends record once a plan made with `held` and `allocations` is applied:
+    its allocation, and with prune off what removed resources keep (with it on, their
+    rows and values go)."""
+    return allocated(allocations) if prune else {**held, **allocated(allocations)}
+
+
 class _Recorded:
     """The recorded allocations, parsed once and grouped by where they can lie."""
 

@@ -114,6 +114,21 @@ def test_values_kept_in_the_backends_fill_a_pool_that_the_repo_alone_does_not(
     assert found[0]["file"] == "provider/pools.yaml" and found[0]["severity"] == "warning"
 
 
+def test_with_prune_on_a_plan_counts_the_values_it_frees_as_free(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    edit(repo, "provider/pools.yaml", *SMALL_POOL)
+    spare = repo / "tenants" / "initech" / "spare.yaml"
+    spare.write_text(SPARE)
+    assert apply(tmp_path, repo).returncode == 0
+    spare.unlink()  # prune is on: the plan deletes its reservation
+    key = ("ExternalIPPool", None, "public-a", None)
+    assert live(tmp_path, repo)[key]["used"] == 7, "still recorded before the apply"
+    _code, planned = plan_json(tmp_path, repo)
+    assert nearly_full(planned["diagnostics"]) == []
+    assert apply(tmp_path, repo).returncode == 0
+    assert live(tmp_path, repo)[key]["used"] == 6
+
+
 def test_the_daemon_exports_the_usage_as_gauges(lab: OvnLab, repo: Path,
                                                tmp_path: Path) -> None:
     edit(repo, "provider/pools.yaml", *SMALL_POOL)

@@ -36,7 +36,7 @@ from ..errors import EXIT_OK, UnetError
 from ..plan import Plan
 from ..shard import Shard
 from ..sources import DEFAULT_MAX_FILE_BYTES
-from ..usage import Usage, allocated, recorded
+from ..usage import Usage, after_apply, recorded
 from ..validate import ParsedFiles, Validation, parsed_files, revision_info
 from .election import ACTIVE, Election
 from .endpoints import listen
@@ -320,7 +320,8 @@ def _usage(outcome: Outcome) -> list[Usage] | None:
     desired = outcome.desired
     if desired is None:
         return None
-    return recorded(desired.model.full, {**desired.held, **allocated(desired.allocations)})
+    return recorded(desired.model.full, after_apply(desired.held, desired.allocations,
+                                                    bool(desired.model.config.prune)))
 
 
 def _log_waiting(text: str) -> None:
