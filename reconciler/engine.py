@@ -401,7 +401,8 @@ def _publish_status(head: Validation, sessions: Mapping[str, Session], full: Pla
     touched = {tenant_of(c.obj.owner) for c in todo.changes if c.action.changes}
     owner_of = {c.uid: c.obj.owner for c in todo.changes}
     left = {owner_of[uid]: why for uid, why in (*outcome.failures.items(),
-                                                 *outcome.mismatches.items())}
+                                                 *outcome.mismatches.items())
+            if uid in owner_of}
     values = allocated_values({key: a.held() for key, a in desired.allocations.values.items()
                                if a.known})
     by_tenant: dict[str | None, list[Any]] = {}
