@@ -13,6 +13,8 @@ demo: setup
 	$(BIN)/unet validate examples/network-repo
 	$(BIN)/unet apply examples/network-repo --manager ovn --auto-approve
 	$(BIN)/unet plan examples/network-repo --manager ovn
+	$(BIN)/unet show usage examples/network-repo --manager ovn
+	$(BIN)/unet show status examples/network-repo --manager ovn --tenant acme
 
 test: setup
 	$(BIN)/ruff check .

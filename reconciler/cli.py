@@ -201,11 +201,46 @@ def _add_show(commands: Commands) -> None:
     binding.add_argument("--manager", action="append", metavar="NAME",
                          help="read only this NetworkManager's backend (repeatable)")
     binding.set_defaults(func=_command("show_bindings"))
+    _add_show_usage(show_what)
+    _add_show_status(show_what)
     network_class = show_what.add_parser("networkclass",
                                          help="a NetworkClass and its effective capabilities")
     network_class.add_argument("name")
     _add_repo_arguments(network_class)
     network_class.set_defaults(func=_cmd_show_network_class)
+
+
+def _add_show_usage(show_what: Commands) -> None:
+    usage = show_what.add_parser(
+        "usage", help="size, used and free of every ExternalIPPool, subnet and segment range",
+        description="Used is what the backends record (their unet:alloc tags), or with "
+                    "--offline what the repo's own allocation takes from empty backends.")
+    _add_repo_arguments(usage)
+    usage.add_argument("--tenant", metavar="NAME",
+                       help="only the spaces this tenant draws from: its subnets, the pools "
+                            "it may use, its classes' segment ranges")
+    usage.add_argument("--format", choices=FORMATS[:2], default="text")
+    usage.add_argument("--offline", action="store_true",
+                       help="do not read the backends: count what the repo's allocation takes")
+    usage.add_argument("--manager", action="append", metavar="NAME",
+                       help="read only this NetworkManager's backend (repeatable)")
+    usage.set_defaults(func=_command("show_usage"))
+
+
+def _add_show_status(show_what: Commands) -> None:
+    shown = show_what.add_parser(
+        "status", help="per manifest: Ready, Pending (why) or Failed (the error), and its "
+                       "allocated values",
+        description="Read from the backends without their locks (nothing is changed): a "
+                    "manifest is Ready when its backend objects are what the revision asks.")
+    _add_repo_arguments(shown)
+    shown.add_argument("--tenant", metavar="NAME",
+                       help="only this tenant's manifests (nothing of another tenant)")
+    shown.add_argument("--format", choices=FORMATS[:2], default="text")
+    shown.add_argument("--manager", action="append", metavar="NAME",
+                       help="read only this NetworkManager's backend (repeatable)")
+    reconcile.add_region_argument(shown)
+    shown.set_defaults(func=_command("show_status"))
 
 
 def _add_reach(commands: Commands) -> None:

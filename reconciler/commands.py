@@ -260,7 +260,7 @@ def _apply_repo(args: argparse.Namespace) -> int:
         return _approved(plan, args.auto_approve)
 
     inputs = _inputs(args, args.target, args.rev)
-    return _applied(engine.run(head, inputs, _options(args, args.target), gate))
+    return _applied(_run_apply(head, inputs, _options(args, args.target), gate))
 
 
 def _apply_saved(args: argparse.Namespace) -> int:
@@ -294,7 +294,19 @@ def _apply_saved(args: argparse.Namespace) -> int:
 
     options = replace(_options(args, path), only=sorted(document["managers"]),
                       refresh_only=bool(inputs.get("refresh_only")))
-    return _applied(engine.run(head, inputs, options, gate))
+    return _applied(_run_apply(head, inputs, options, gate))
+
+
+def _run_apply(head: Validation, inputs: dict[str, Any], options: RunOptions,
+               gate: engine.Gate) -> Outcome:
+    """engine.run; an apply stopped half-way names the manifests it may have left
+    pending before what stopped it is said."""
+    try:
+        return engine.run(head, inputs, options, gate)
+    except engine.RunFailed as failed:
+        if failed.outcome.applied is not None:
+            _print_pending(failed.outcome.pending(stopped=True))
+        raise
 
 
 def _approved(plan: Plan, auto_approve: bool) -> Plan | None:
@@ -334,6 +346,7 @@ def _applied(outcome: Outcome) -> int:
     _print_reports(outcome.reports)
     if outcome.failures:
         _print_failures(outcome.failures)
+        _print_pending(outcome.pending())
         return EXIT_ERROR
     if outcome.mismatches:
         count = len(outcome.mismatches)
@@ -341,9 +354,17 @@ def _applied(outcome: Outcome) -> int:
               "as planned:", file=sys.stderr)
         for uid, how in list(outcome.mismatches.items())[:20]:
             print(f"  {uid}: {how}", file=sys.stderr)
+        _print_pending(outcome.pending())
         print("run `unet apply` again; if this persists, it is a bug in unet", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_OK
+
+
+def _print_pending(pending: list[str]) -> None:
+    """The manifests a failed apply left pending (`unet show status` says why)."""
+    shown = ", ".join(pending[:20]) + (f" and {len(pending) - 20} more"
+                                       if len(pending) > 20 else "")
+    print(f"unet: left pending: {shown}", file=sys.stderr)
 
 
 def _print_failures(failures: dict[str, str]) -> None:
@@ -379,6 +400,68 @@ def show_bindings(args: argparse.Namespace) -> int:
     desired = render_desired(head, {}, new_are_unknown=True) if args.offline else \
         engine.read_desired(head, RunOptions(workdir=args.path.resolve(), only=args.manager))
     document = bindings(desired.model, desired.allocations, desired.managers, args.tenant)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(render_text(document))
+    return EXIT_OK
+
+
+# --- show usage -----------------------------------------------------------------------------
+
+
+def show_usage(args: argparse.Namespace) -> int:
+    """Size, used and free of every pool, subnet and segment range: used as the backends
+    record it (or, with --offline, as the repo's own allocation takes it)."""
+    import json
+
+    from .usage import demanded, recorded, render_text, to_json
+
+    head = _validated_head(args, args.path, args.rev)
+    if head is None:
+        return EXIT_ERROR
+    assert head.context is not None
+    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
+        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+        return EXIT_ERROR
+    model = Model(head.context)
+    if args.offline:
+        usages = demanded(model, args.tenant)
+    else:
+        held = engine.read_allocations(head, RunOptions(workdir=args.path.resolve(),
+                                                        only=args.manager))
+        usages = recorded(model, held, args.tenant)
+    if args.format == "json":
+        document = to_json(usages, model.installation, "offline" if args.offline
+                           else "backends")
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(render_text(usages))
+    return EXIT_OK
+
+
+# --- show status ----------------------------------------------------------------------------
+
+
+def show_status(args: argparse.Namespace) -> int:
+    """Per manifest: Ready (at which revision), Pending (why) or Failed (the error), and
+    the values allocated to it, from a plan against the backends made without locks."""
+    import json
+
+    from .status import render_text, status
+
+    head = _validated_head(args, args.path, args.rev)
+    if head is None:
+        return EXIT_ERROR
+    assert head.context is not None
+    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
+        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+        return EXIT_ERROR
+    inputs = _inputs(args, args.path, args.rev)
+    found, held = engine.read_plan(head, inputs, RunOptions(workdir=args.path.resolve(),
+                                                            only=args.manager))
+    revision = inputs["head"].get("commit")
+    document = status(head.manifests, found, held, revision, args.tenant)
     if args.format == "json":
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:

@@ -150,6 +150,9 @@ class Watch:
 class Session:
     """One connection to a manager's backend, for one run."""
 
+    #: Whether `publish_status` publishes anything (the status is made only for those).
+    publishes_status: ClassVar[bool] = False
+
     def lock(self, timeout: float, waiting: Callable[[str], None]
              ) -> AbstractContextManager[None]:
         """Hold the backend's own lock for the rest of the run; raise BackendLocked when
@@ -186,6 +189,14 @@ class Session:
 
     def report(self, changes: Sequence[Change], outcome: ApplyOutcome | None) -> list[str]:
         """Lines for people about the backend, after a plan (no outcome) or an apply."""
+        return []
+
+    def publish_status(self, statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Optional: after an apply, publish each tenant's status (`unet show status`'s
+        document of its manifests alone; tenant → document) where that tenant reads it, for
+        the tenants this manager serves whose objects the apply changed. Lines for people
+        about what could not be published: never raises for a backend's problem (the
+        apply is done; the status is news about it)."""
         return []
 
     def watch(self, timeout: float) -> AbstractContextManager[Watch]:

@@ -104,6 +104,11 @@ CODES: dict[str, CodeInfo] = {
     ),
     "POOL_EXHAUSTED": CodeInfo("Addresses", _E, "more ExternalIPs than the pool can give"),
     "POOL_NOT_ALLOWED": CodeInfo("Addresses", _E, "the tenant is not in the pool's `tenants`"),
+    "POOL_NEARLY_FULL": CodeInfo(
+        "Addresses", _W, "an ExternalIPPool, a subnet's (or ProviderNetwork's) address family "
+        "or a NetworkClass's segmentRange is 90 % used or more: validate counts what the "
+        "revision takes, a plan against the backends what they hold after it; the message "
+        "names the pool and its size, used and free (`unet show usage`)"),
     "MTU_INVALID": CodeInfo("Addresses", _E, "outside bounds, or < 1280 with IPv6"),
     "SEGMENT_OUT_OF_RANGE": CodeInfo(
         "Addresses", _E, "a ProviderNetwork's `segmentId` outside its class's `segmentRange`"

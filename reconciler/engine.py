@@ -142,6 +142,16 @@ class Outcome:
     def complete(self) -> bool:
         return not self.failures and not self.mismatches
 
+    def pending(self, stopped: bool = False) -> list[str]:
+        """The manifests an apply left pending: those of its failed steps and of objects
+        not as planned after it; when it `stopped` before its end, of every change it was
+        to make (which of them were made is not known)."""
+        if self.applied is None:
+            return []
+        left = set(self.failures) | set(self.mismatches)
+        return sorted({c.obj.owner for c in self.applied.changes if c.action.changes
+                       and (stopped or c.uid in left)})
+
 
 class RunFailed(Stopped):
     """A run against the backends that stopped before its end: `cause` says why, `outcome`
@@ -191,6 +201,8 @@ def _run(head: Validation, inputs: dict[str, Any], options: RunOptions, gate: Ga
             done = _execute(todo, sessions, observations, observe, options.progress, outcome)
             outcome.reports = _reports(sessions, plan.changes, done)
         _record(sessions, full, todo, outcome)
+        if todo.has_changes:
+            _publish_status(head, sessions, full, todo, outcome, inputs)
 
 
 def run_managers(head: Validation, model: Model, only: Sequence[str] | None
@@ -238,6 +250,38 @@ def read_desired(head: Validation, options: RunOptions) -> Desired:
                     for name in sorted(managers)]
         observed = [obj for session in sessions for obj in session.observe().objects]
     return render_desired(head, observed_allocations(observed), new_are_unknown=True)
+
+
+def read_allocations(head: Validation, options: RunOptions) -> dict[str, Held]:
+    """The allocations the backends record, read without their locks (nothing is changed)
+    and without rendering the desired state."""
+    model = Model(head.context)  # type: ignore[arg-type]
+    managers = managers_of(model, options.only, resolve=True)
+    with contextlib.ExitStack() as stack:
+        sessions = [stack.enter_context(managers[name].connect(options.workdir))
+                    for name in sorted(managers)]
+        return observed_allocations(obj for session in sessions
+                                    for obj in session.observe().objects)
+
+
+def read_plan(head: Validation, inputs: dict[str, Any], options: RunOptions
+              ) -> tuple[Plan, Mapping[str, Held]]:
+    """A plan against the backends read without their locks (nothing is changed: a view,
+    as `unet show status` gives), and the allocations they record."""
+    model = Model(head.context)  # type: ignore[arg-type]
+    managers = run_managers(head, model, options.only)
+    readers = allocation_readers(model, managers)
+    with contextlib.ExitStack() as stack:
+        reading = {name: stack.enter_context(readers[name].connect(options.workdir))
+                   for name in sorted(readers)}
+        sessions = {name: stack.enter_context(managers[name].connect(options.workdir))
+                    for name in sorted(managers)}
+        observations = {name: _claimed(head, sessions[name].observe())
+                        for name in sorted(sessions)}
+        hints = [(name, reading[name].observe()) for name in sorted(reading)]
+    held = in_objects([*sorted(observations.items()), *hints])
+    desired = render_fresh(head, held, sorted(managers))
+    return plan_live(head, managers, observations, inputs, desired), held
 
 
 @contextlib.contextmanager
@@ -342,6 +386,39 @@ def _record(sessions: Mapping[str, Session], full: Plan, todo: Plan,
     for name, session in sessions.items():
         if name not in unfinished and name in full.desired_digests:
             session.record_applied(full.desired_digests[name])
+
+
+def _publish_status(head: Validation, sessions: Mapping[str, Session], full: Plan,
+                    todo: Plan, outcome: Outcome, inputs: dict[str, Any]) -> None:
+    """Each manager's tenants whose objects the apply changed are told their status
+    (Session.publish_status); what could not be published joins the manager's report."""
+    from .status import after_apply, allocated_values, tenant_of
+
+    desired = outcome.desired
+    assert desired is not None
+    if not any(session.publishes_status for session in sessions.values()):
+        return
+    touched = {tenant_of(c.obj.owner) for c in todo.changes if c.action.changes}
+    owner_of = {c.uid: c.obj.owner for c in todo.changes}
+    left = {owner_of[uid]: why for uid, why in (*outcome.failures.items(),
+                                                 *outcome.mismatches.items())
+            if uid in owner_of}
+    values = allocated_values({key: a.held() for key, a in desired.allocations.values.items()
+                               if a.known})
+    by_tenant: dict[str | None, list[Any]] = {}
+    for manifest in head.manifests:
+        by_tenant.setdefault(manifest.tenant, []).append(manifest)
+    revision = inputs.get("head", {}).get("commit")
+    for name in sorted(n for n, session in sessions.items() if session.publishes_status):
+        served = {tenant_of(o.owner) for o in desired.objects if o.manager == name}
+        tenants = sorted(t for t in served & touched if t is not None)
+        if not tenants:
+            continue
+        lines = sessions[name].publish_status(
+            {t: after_apply(by_tenant.get(t, []), full, todo, left, values, revision, t)
+             for t in tenants})
+        if lines:
+            outcome.reports.setdefault(name, []).extend(lines)
 
 
 # --- saved plans ----------------------------------------------------------------------------

@@ -176,7 +176,7 @@ def plan_live(head: Validation, managers: dict[str, Manager],
     diagnostics += _conflicts(observations, changes)
     diagnostics += _allocation_problems(desired)
     diagnostics += _unrecorded(desired.model, desired.held, managers)
-    diagnostics += _warnings(head)
+    diagnostics += _live_warnings(head, desired)
     unchanged = all(desired.was_applied(name, observations[name].applied_digest)
                     for name in managers)
     drift = drift_of(changes, unchanged)
@@ -214,6 +214,17 @@ def invalid_plan(head: Validation, mode: str, inputs: dict[str, Any]) -> Plan:
 def _warnings(head: Validation) -> list[Diagnostic]:
     """The revision's own warnings, which every plan of it shows."""
     return [d for d in head.diagnostics if not d.is_error]
+
+
+def _live_warnings(head: Validation, desired: Desired) -> list[Diagnostic]:
+    """The revision's warnings, POOL_NEARLY_FULL counted from what the backends hold once
+    the plan is applied (what it allocates, and with prune off the values removed
+    resources keep) instead of from the revision alone."""
+    from .usage import after_apply, nearly_full, recorded
+
+    after = after_apply(desired.held, desired.allocations, bool(desired.model.config.prune))
+    return [d for d in _warnings(head) if d.code != "POOL_NEARLY_FULL"] + nearly_full(
+        recorded(desired.model.full, after))
 
 
 def _unrecorded(model: Model, held: Mapping[str, Held],

@@ -169,6 +169,7 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
     diagnostics += problems
     n_files = sum(1 for item in items if isinstance(item, SourceFile))
     validation = _guarded(Validation(documents, manifests, context, diagnostics, n_files))
+    validation = _usage_warned(validation)
     if shard is not None:
         from .shard import Ownership
 
@@ -186,6 +187,19 @@ def _guarded(validation: Validation) -> Validation:
 
     validation.violations = evaluate(ctx)
     validation.diagnostics += diagnostics(validation.violations, validation.by_ref())
+    return validation
+
+
+def _usage_warned(validation: Validation) -> Validation:
+    """POOL_NEARLY_FULL for the pools, subnets and segment ranges the revision itself fills
+    to 90 % (usage.py, `demanded`), once it has no error (the spaces are then known)."""
+    ctx = validation.context
+    if ctx is None or not validation.ok:
+        return validation
+    from .model import Model
+    from .usage import demanded, nearly_full
+
+    validation.diagnostics += nearly_full(demanded(Model(ctx)))
     return validation
 
 

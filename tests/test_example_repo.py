@@ -61,7 +61,7 @@ def test_the_readmes_next_step_after_the_demo_shows_what_it_says(example_copy: P
     of what the demo applied, so no change at all (not the hosting clusters' objects the
     demo never applied)."""
     demo = _demo_commands()
-    assert [argv[0] for argv in demo] == ["validate", "apply", "plan"]
+    assert [argv[0] for argv in demo] == ["validate", "apply", "plan", "show", "show"]
     for argv in demo:
         argv = [str(example_copy) if a == "examples/network-repo" else a for a in argv]
         done = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *argv],

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from unet.managers.sdk import TAG_HASH, BackendObject
@@ -155,3 +156,14 @@ def to_body(obj: BackendObject, installation: str, manager: str) -> dict[str, An
     }
 
 
+def status_configmap(manager: str, installation: str, namespace: str,
+                     document: Mapping[str, Any]) -> dict[str, Any]:
+    """The ConfigMap `unet-status.<manager>` a tenant reads its manifests' status from
+    (status.py's document of them, key `status.json`). Written after an apply, not planned:
+    it tells what the apply did, which no plan knows."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": f"unet-status.{manager}", "namespace": namespace,
+                         "labels": {LABEL_MANAGED_BY: FIELD_MANAGER,
+                                    LABEL_INSTALLATION: installation, LABEL_MANAGER: manager}},
+            "data": {"status.json": json.dumps(document, sort_keys=True,
+                                               separators=(",", ":"))}}

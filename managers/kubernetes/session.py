@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -32,7 +32,7 @@ from unet.managers.sdk import (
 )
 
 from .client import Cluster, KubernetesError, is_api_error, is_connection_error
-from .codec import classify, to_body
+from .codec import classify, status_configmap, to_body
 from .kinds import KINDS
 from .lease import ANNOTATION_APPLIED, Lease, LockTimeout, Renewer
 from .observe import KubernetesObservation, observe_cluster
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 VERB = {"create": "patch", "update": "patch", "delete": "delete"}
 SHOWN = 10  # names listed per line before "and N more"
+CONFIGMAP = KINDS["ConfigMap"]
 
 
 def apply_steps(session: KubernetesSession, observation: KubernetesObservation,
@@ -287,6 +288,27 @@ class KubernetesSession(Session):
 
         assert isinstance(observation, KubernetesObservation)
         return apply_steps(self, observation, waves, changes, progress)
+
+    publishes_status = True
+
+    def publish_status(self, statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Each tenant's status in the ConfigMap `unet-status.<manager>` of its namespace,
+        on every usable cluster (key `status.json`), beside its bindings."""
+        problems = []
+        for tenant, document in sorted(statuses.items()):
+            body = status_configmap(self.manager, self.installation,
+                                    self.config.namespace_of(tenant), document)
+            for _name, cluster in sorted(self.clusters.items()):
+                if cluster.error is not None:
+                    continue
+                try:
+                    cluster.apply(CONFIGMAP, body)
+                except Exception as exc:  # the apply is done: said, never raised
+                    meta = body["metadata"]
+                    why = cluster.explain(exc, "patch", CONFIGMAP, meta["name"],
+                                          meta["namespace"])
+                    problems.append(f"the status of tenant {tenant} is not published: {why}")
+        return problems
 
     def report(self, changes: Sequence[Change], outcome: ApplyOutcome | None) -> list[str]:
 

@@ -50,6 +50,7 @@ class Run:
     errors: int = 0                   # error diagnostics of the revision (invalid)
     diagnostics: list[dict[str, Any]] = field(default_factory=list)  # the first few
     resources: dict[str, int] = field(default_factory=dict)   # manifests by kind (reconciled)
+    pending: list[str] = field(default_factory=list)  # manifests a failed apply left pending
     scope: str | None = None  # planned: "full", "N owners" (", M whole": polled); None: nothing
     locked_at: float | None = None    # epoch seconds: backend locks held from ...
     unlocked_at: float | None = None  # ... to (two runs never overlap here)

@@ -37,6 +37,7 @@ from ..plan import Plan
 from ..shard import Shard
 from ..sources import DEFAULT_MAX_FILE_BYTES
 from ..state import state_folder
+from ..usage import Usage, after_apply, recorded
 from ..validate import ParsedFiles, Validation, parsed_files, revision_info
 from .election import ACTIVE, Election
 from .endpoints import listen
@@ -105,6 +106,9 @@ class Reconciler:
         self.parsed: ParsedFiles | None = None  # the last run's files, kept parsed
         self._last_plan_json: dict[str, Any] | None = None
         self.last_validation: Any = None
+        #: The usage of the pools after the last run that planned (daemon gauges); None
+        #: until one did, or after a run that planned nothing.
+        self.usage: list[Usage] | None = None
         self.election = Election(options.workdir) if options.replicas else None
         self.watches = Watches(options.workdir) if options.watch else None
         self.incremental = Incremental(self.watches, options.managers,
@@ -133,6 +137,7 @@ class Reconciler:
         run = Run(started=now(), source=self.options.repo or str(self.options.path),
                   branch=self.options.branch if self.options.repo else None)
         self._last_plan, self._last_plan_json, self.last_validation = None, None, None
+        self.usage = None
         try:
             self._run(run)
         except Exception as exc:  # a run never takes the daemon down; it is reported
@@ -255,6 +260,7 @@ class Reconciler:
         plan = outcome.plan
         assert plan is not None
         self.incremental.remember(files, scope, outcome)
+        self.usage = _usage(outcome)
         if not plan.ok:
             return _refused(run, "errors in the plan", plan.diagnostics)
         _conclude(run, outcome)
@@ -277,6 +283,7 @@ class Reconciler:
         except RunFailed as failed:
             locked = failed.outcome
             run.locked_at, run.unlocked_at = locked.locked_at, locked.unlocked_at
+            run.pending = locked.pending(stopped=True)
             raise failed.cause from None
         run.locked_at, run.unlocked_at = outcome.locked_at, outcome.unlocked_at
         return outcome
@@ -305,6 +312,17 @@ class Reconciler:
             repo_changes = {c.uid for c in plan.changes if c.action.changes}
             plan = restrict_to(plan, repo_changes - plan.drift_ids)
         return plan
+
+
+def _usage(outcome: Outcome) -> list[Usage] | None:
+    """What the backends hold of every pool once the run is over: what they recorded, and
+    what the plan allocated (applied, or about to be: the figures of `show usage` after
+    the next apply)."""
+    desired = outcome.desired
+    if desired is None:
+        return None
+    return recorded(desired.model.full, after_apply(desired.held, desired.allocations,
+                                                    bool(desired.model.config.prune)))
 
 
 def _log_waiting(text: str) -> None:
@@ -341,8 +359,12 @@ def _conclude(run: Run, outcome: Outcome) -> None:
     if not outcome.complete:
         problems = [f"{uid}: {why}" for uid, why in sorted(outcome.failures.items())]
         problems += [f"{uid}: {how}" for uid, how in outcome.mismatches.items()]
+        run.pending = outcome.pending()
         raise ReconcileError(f"the apply did not complete: {len(problems)} objects are not as "
-                             f"planned, first {problems[0]}; the next run tries again")
+                             f"planned, first {problems[0]}; left pending: "
+                             f"{', '.join(run.pending[:5])}"
+                             + (f" and {len(run.pending) - 5} more" if len(run.pending) > 5
+                                else "") + "; the next run tries again")
     counts = outcome.counts
     done = (f"applied {counts['create']} created, {counts['update']} updated, "
             f"{counts['delete']} deleted in {outcome.seconds:.2f} s")
@@ -398,6 +420,7 @@ def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> i
         run = reconciler.run_once()
         if endpoints is not None:
             metrics.observe(run)
+            metrics.usage(reconciler.usage)
             endpoints.publish(metrics)
         log_line(run)
         if reconciler.last_plan_has_changes:  # the plan's JSON only then: seconds to build
@@ -444,6 +467,7 @@ def serve(reconciler: Reconciler, serving: Serving) -> int:
                                 "ended: stopping, so that the daemon is started again whole")
             run = reconciler.run_once()
             metrics.observe(run, reconciler.election)
+            metrics.usage(reconciler.usage)
             endpoints.publish(metrics)
             log_line(run)
             heap.after_run(young_only=run.scope != "full")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..usage import Usage
 from .history import APPLIED, DRIFT, ERROR, LOCKED, OK, RESULTS, STANDBY, Run
 
 DEFAULT_METRICS_PORT = 9610
@@ -56,6 +57,14 @@ class Metrics:
         self.active = Gauge(p + "active", "1: this replica is active (applies); 0: it stands "
                             "by (another replica is active)", registry=registry)
         self.active.set(1)
+        labels = ["kind", "tenant", "name", "family"]
+        self.space_size = Gauge("unet_pool_size", "Values a pool, subnet address family or "
+                                "segment range can hand out (unet show usage)", labels,
+                                registry=registry)
+        self.space_used = Gauge("unet_pool_used", "Of those, held in the backends after the "
+                                "last run", labels, registry=registry)
+        self.space_free = Gauge("unet_pool_free", "Of those, free after the last run", labels,
+                                registry=registry)
         self.ready = False
         self.role = "active"  # one replica alone is active; with --replicas, elected
         self.last = "none"
@@ -99,6 +108,21 @@ class Metrics:
                             "reconciled": run.reconciled or "", "last_good": self.good or ""})
         self.last = run.result
         self.ready = self.good is not None and run.result != ERROR
+
+    def usage(self, usages: list[Usage] | None) -> None:
+        """The figures of `unet show usage` after the last run that planned (None: a run
+        that did not plan keeps the last ones)."""
+        if usages is None:
+            return
+        gauges = (self.space_size, self.space_used, self.space_free)
+        for gauge in gauges:
+            gauge.clear()  # a pool or subnet removed from the repo leaves no series behind
+        for usage in usages:
+            kind, tenant, name, family = usage.space.id
+            labels = (kind, tenant or "", name, str(family or ""))
+            self.space_size.labels(*labels).set(usage.space.size)
+            self.space_used.labels(*labels).set(usage.used)
+            self.space_free.labels(*labels).set(usage.free)
 
     def readiness(self) -> dict[str, Any]:
         return {"ready": self.ready, "role": self.role, "last_result": self.last,

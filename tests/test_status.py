@@ -1,0 +1,183 @@
+"""What became of each manifest, as a tenant reads it (`unet show status`), against a real
+OVN Northbound, and the Kubernetes manager on the contract-test clusters:
+
+- before an apply every manifest is Pending (to create); after it Ready at the revision,
+  with the values the fabric recorded for it (those `show bindings` gives);
+- a manifest changed in the repo is Pending with the plan's reason, a manifest the plan
+  cannot realise is Failed with its error, an attachment to an undeclared target Pending;
+- a tenant's status names nothing of another tenant;
+- an apply that fails part-way names the manifests it left pending.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .support.gitops import edit
+from .support.ovnlab import OvnLab
+from .support.ovnrun import apply, unet
+from .test_k8s_contract import _set_mtu, make_env  # noqa: F401  (make_env: a fixture)
+from .test_plan_golden import edit_text
+
+
+def status(cwd: Path, repo: Path, *extra: str) -> dict[str, Any]:
+    result = unet(cwd, "show", "status", str(repo), "--manager", "ovn", "--format", "json",
+                  *extra)
+    assert result.returncode == 0, result.stderr
+    document: dict[str, Any] = json.loads(result.stdout)
+    assert document["format_version"] == "1.0"
+    return document
+
+
+def by_ref(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{m['kind']}/{m['tenant'] + '/' if m['tenant'] else ''}{m['name']}": m
+            for m in document["manifests"]}
+
+
+def commit(repo: Path) -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "c")
+    return git("rev-parse", "HEAD")
+
+
+def test_manifests_are_pending_until_applied_then_ready_with_their_values(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    before = by_ref(status(tmp_path, repo, "--tenant", "initech"))
+    assert {m["condition"]["type"] for m in before.values()} == {"Pending"}
+    assert before["Subnet/initech/build"]["condition"]["reason"] == "CREATE"
+    assert before["Subnet/initech/build"]["allocated"] == {}
+
+    head = commit(repo)
+    assert apply(tmp_path, repo).returncode == 0
+    document = status(tmp_path, repo, "--tenant", "acme", "--rev", "HEAD")
+    assert document["revision"] == head and document["tenant"] == "acme"
+    after = by_ref(document)
+    waiting = after.pop("ExternalIPAttachment/acme/web-3-public")
+    assert waiting["condition"]["type"] == "Pending"
+    assert waiting["condition"]["reason"] == "TARGET_PENDING"
+    assert {m["condition"]["type"] for m in after.values()} == {"Ready"}
+    assert {m["revision"] for m in after.values()} == {head}
+    assert document["counts"] == {"Ready": len(after), "Pending": 1, "Failed": 0}
+
+    bindings = json.loads(unet(tmp_path, "show", "bindings", str(repo), "--manager", "ovn",
+                               "--tenant", "acme", "--format", "json").stdout)
+    web1 = next(w for w in bindings["workloads"] if w["name"] == "web-1")
+    nic = web1["attachments"][0]
+    assert after["ComputeInstance/acme/web-1"]["allocated"] == {
+        "ipv4[0]": nic["ipv4"]["address"], "ipv6[0]": nic["ipv6"]["address"],
+        "mac[0]": nic["mac"]}
+    assert after["ExternalIP/acme/web-1-public"]["allocated"] == {
+        "address": web1["externalIPs"][0]["address"]}
+    assert after["Subnet/acme/web"]["allocated"] == {"segmentId": str(nic["segmentId"])}
+    assert set(after["Cluster/acme/k1"]["allocated"]) >= {"apiVip", "ingressVip"}
+
+    shown = unet(tmp_path, "show", "status", str(repo), "--manager", "ovn", "--tenant",
+                 "acme").stdout
+    assert "globex" not in shown and "initech" not in shown, "another tenant's data"
+    assert "globex" not in json.dumps(document) and "initech" not in json.dumps(document)
+    assert "ComputeInstance acme/web-1: Ready" in shown
+    assert unet(tmp_path, "show", "status", str(repo), "--tenant", "nobody").returncode == 1
+
+
+def test_a_changed_manifest_is_pending_and_one_the_plan_cannot_realise_failed(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    assert apply(tmp_path, repo).returncode == 0
+    taken = by_ref(status(tmp_path, repo))["ComputeInstance/acme/web-1"]["allocated"]["ipv4[0]"]
+    edit_text(repo, "tenants/acme/compute.yaml",
+              "  name: web-2\nspec:\n  networkAttachments:\n    - subnet: web\n"
+              "      securityGroups: [web]\n",
+              "  name: web-2\nspec:\n  networkAttachments:\n    - subnet: web\n"
+              f"      securityGroups: [web]\n      ipAddress: {taken}\n")
+    edit(repo, "tenants/acme/security-groups.yaml", "portFrom: 443\n      portTo: 443",
+         "portFrom: 8443\n      portTo: 8443")
+    document = by_ref(status(tmp_path, repo))
+    changed = document["SecurityGroup/acme/web"]["condition"]
+    assert changed["type"] == "Pending" and changed["reason"] == "UPDATE", changed
+    failed = document["ComputeInstance/acme/web-2"]["condition"]
+    assert failed["type"] == "Failed" and failed["reason"] == "ADDRESS_CONFLICT"
+    assert failed["message"].startswith("tenants/acme/compute.yaml:")
+    assert f"{taken} is held by ComputeInstance/acme/web-1" in failed["message"]
+    assert document["ComputeInstance/acme/web-1"]["condition"]["type"] == "Ready"
+    assert document["Subnet/globex/app"]["condition"]["type"] == "Ready"
+
+
+def test_an_apply_that_fails_part_way_names_the_manifests_it_left_pending(
+        make_env: Any) -> None:  # noqa: F811  (the fixture imported above)
+    env = make_env(**{"hosting-a1": {"finalizer_seconds": 600}})
+    assert env.apply()[0] == 0
+    edit_text(env.repo, "provider/managers.yaml", "    namespaceLabel: network.osac.io/tenant",
+              "    namespaceLabel: network.osac.io/tenant\n    deleteTimeoutSeconds: 0.3")
+    _set_mtu(env.repo, 1400)
+    code, _out, err = env.apply()
+    assert code == 1
+    assert "unet: left pending: Subnet/acme/web\n" in err
+    code, out, err = env.unet("show", "status", str(env.repo), "--manager", "kubernetes",
+                              "--tenant", "acme", "--format", "json")
+    assert code == 0, err
+    web = by_ref(json.loads(out))["Subnet/acme/web"]["condition"]
+    assert web["type"] == "Pending" and "ClusterUserDefinedNetwork" in web["message"], web
+
+
+def test_the_daemon_records_the_manifests_a_failed_apply_left_pending(
+        make_env: Any, tmp_path: Path) -> None:  # noqa: F811  (the fixture imported above)
+    from unet.reconciler.daemon.history import read_history
+    from unet.reconciler.daemon.loop import Options, Reconciler
+
+    env = make_env(**{"hosting-a1": {"finalizer_seconds": 600}})
+    state = tmp_path / "state"
+    reconciler = Reconciler(Options(path=env.repo, managers=["kubernetes"], state_dir=state,
+                                    workdir=env.repo, parse_cache=False))
+    assert reconciler.run_once().result == "applied"
+    edit_text(env.repo, "provider/managers.yaml", "    namespaceLabel: network.osac.io/tenant",
+              "    namespaceLabel: network.osac.io/tenant\n    deleteTimeoutSeconds: 0.3")
+    _set_mtu(env.repo, 1400)
+    run = reconciler.run_once()
+    assert run.result == "error" and run.pending == ["Subnet/acme/web"], run.message
+    assert "left pending: Subnet/acme/web; the next run tries again" in run.message
+    assert read_history(state)[-1]["pending"] == ["Subnet/acme/web"]
+
+
+def _published(env: Any, cluster: str, namespace: str) -> dict[str, Any] | None:
+    found = [o for o in env.clusters[cluster].objects("configmaps")
+             if o["metadata"]["name"] == "unet-status.kubernetes"
+             and o["metadata"]["namespace"] == namespace]
+    return json.loads(found[0]["data"]["status.json"]) if found else None
+
+
+def test_an_apply_publishes_each_tenants_status_beside_its_bindings(
+        make_env: Any) -> None:  # noqa: F811  (the fixture imported above)
+    env = make_env(**{"hosting-a1": {"finalizer_seconds": 600}})
+    assert env.apply()[0] == 0
+    for cluster in ("hosting-a1", "hosting-a2"):
+        acme = _published(env, cluster, "acme")
+        assert acme is not None and acme["tenant"] == "acme"
+        assert {m["tenant"] for m in acme["manifests"]} == {"acme"}, "acme's alone"
+        assert "initech" not in json.dumps(acme) and "globex" not in json.dumps(acme)
+        web = by_ref(acme)["Subnet/acme/web"]
+        assert web["condition"]["type"] == "Ready" and web["allocated"]["segmentId"]
+        assert by_ref(acme)["ExternalIPAttachment/acme/web-3-public"]["condition"][
+            "reason"] == "TARGET_PENDING"
+        initech = _published(env, cluster, "initech")
+        assert initech is not None and {m["tenant"] for m in initech["manifests"]} == {
+            "initech"}
+        meta = env.clusters[cluster].objects("configmaps")
+        assert any(o["metadata"].get("labels", {}).get("network.osac.io/installation")
+                   == "example" for o in meta if o["metadata"]["name"].startswith("unet-st"))
+    assert env.plan()[0] == 0 and "No changes" in env.plan()[1], "never drift"
+
+    edit_text(env.repo, "provider/managers.yaml", "    namespaceLabel: network.osac.io/tenant",
+              "    namespaceLabel: network.osac.io/tenant\n    deleteTimeoutSeconds: 0.3")
+    _set_mtu(env.repo, 1400)
+    assert env.apply()[0] == 1
+    web = by_ref(_published(env, "hosting-a2", "acme") or {})["Subnet/acme/web"]
+    assert web["condition"]["type"] == "Pending" and web["condition"]["reason"] == \
+        "APPLY_FAILED", web
+    assert "still being deleted" in web["condition"]["message"]
