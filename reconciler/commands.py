@@ -206,6 +206,7 @@ def _plan_between(args: argparse.Namespace) -> int:
     base = base_revision()
     parsed.save()
     inputs["base"].update(valid=base.ok, errors=sum(d.is_error for d in base.diagnostics))
+    say("planning")
     result = plan_between(base, head, inputs)
     return _finish_plan(result, args, None)
 

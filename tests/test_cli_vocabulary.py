@@ -96,6 +96,22 @@ def test_plan_o_with_a_format_name_is_refused(example_copy: Path) -> None:
     assert not (example_copy / "json").exists()
 
 
+def test_apply_and_plan_in_json(example_copy: Path) -> None:
+    """`apply -o json`: one object, the plan applied and its counts, nothing else on
+    standard output; a plan's unmanaged objects are in its JSON too."""
+    applied = unet(example_copy, "apply", "--manager", "ovn", "--auto-approve", "-o", "json")
+    assert applied.returncode == 0, applied.stderr
+    document = json.loads(applied.stdout)
+    assert document["applied"]["create"] > 0 and document["failures"] == {}
+    assert document["plan"]["has_changes"] and document["seconds"] is not None
+    again = json.loads(unet(example_copy, "apply", "--manager", "ovn", "--auto-approve",
+                            "--format", "json").stdout)
+    assert again["applied"] is None and not again["plan"]["has_changes"]
+    planned = unet(example_copy, "plan", "--manager", "ovn", "--show-unmanaged",
+                   "--format", "json")
+    assert json.loads(planned.stdout)["unmanaged"] == {"ovn": []}, planned.stderr
+
+
 # --- unet codes CODE ------------------------------------------------------------------------
 
 
@@ -150,6 +166,8 @@ def test_an_unknown_code_is_refused_with_the_nearest(tmp_path: Path) -> None:
     (["reconcile", "--once", "--replicas"], "--replicas"),
     (["reconcile", "--branch", "dev"], "--branch"),
     (["codes", "--markdown", "--format", "json"], "--markdown"),
+    (["reconcile", "--format", "json"], "--format is for --once"),
+    (["apply", "--format", "json"], "--auto-approve"),
 ])
 def test_arguments_that_were_ignored_are_errors(example_copy: Path, args: list[str],
                                                 said: str) -> None:
