@@ -14,7 +14,7 @@ from . import heap
 from .command import Command, installed_commands
 from .daemon import cli as reconcile
 from .diagnostics import Diagnostic, codes_markdown
-from .errors import EXIT_ERROR, EXIT_OK, Stopped, UnetError
+from .errors import EXIT_ERROR, EXIT_OK, Stopped, UnetError, UsageError
 from .output import FORMATS, add_format, not_a_format
 from .sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 
@@ -429,7 +429,7 @@ def _cmd_codes(args: argparse.Namespace) -> int:
     from .diagnostics import CODES
 
     if args.markdown and args.format != "text":
-        raise UnetError("--markdown is --format markdown: give one of them")
+        raise UsageError("--markdown is --format markdown: give one of them")
     fmt = "markdown" if args.markdown else args.format
     if args.code is not None:
         return _explain_code(args.code, fmt)
@@ -562,7 +562,7 @@ def _with_repo(args: argparse.Namespace) -> argparse.Namespace:
         elif isinstance(given, Path) and not given.exists():
             what = "the network repo, or a plan saved with `unet plan -o FILE`" \
                 if name == "target" else "the network repo (a folder)"
-            raise UnetError(f"{given}: no such file or folder; give {what}")
+            raise UsageError(f"{given}: no such file or folder; give {what}")
     return args
 
 
@@ -572,6 +572,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
             return func(args)
         except Stopped as stopped:  # what stopped it is the news; how far it got is shown
             raise stopped.cause from None
+    except UsageError as exc:
+        print(f"unet: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except UnetError as exc:
         print(f"unet: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -14,7 +14,7 @@ from . import engine
 from .command import Command
 from .contract import ProgressFactory
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
-from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UnetError
+from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UsageError
 from .model import Model
 from .plan import Plan
 from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
@@ -149,22 +149,22 @@ def _check_plan_arguments(args: argparse.Namespace) -> None:
     """Flags that would be silently ignored are refused, before anything starts."""
     if args.base is None:
         if args.head is not None:
-            raise UnetError("--head needs --base: it is the revision a plan between two "
+            raise UsageError("--head needs --base: it is the revision a plan between two "
                             "revisions ends at; to plan one revision against the backends, "
                             "give --rev")
     else:
         if args.head is not None and args.rev is not None:
-            raise UnetError("--rev and --head both name the revision a plan between two "
+            raise UsageError("--rev and --head both name the revision a plan between two "
                             "revisions ends at: give one")
         unused = [flag for flag, given in (("--refresh-only", args.refresh_only),
                                            ("--show-unmanaged", args.show_unmanaged),
                                            ("--manager", args.manager)) if given]
         if unused:
-            raise UnetError(f"{', '.join(unused)}: a plan between two revisions reads no "
+            raise UsageError(f"{', '.join(unused)}: a plan between two revisions reads no "
                             "backend (--base stands for what they hold); leave "
                             f"{'it' if len(unused) == 1 else 'them'} out")
     if args.show_unmanaged and args.format not in ("text", "json"):
-        raise UnetError(f"--show-unmanaged lists backend objects in the text and json "
+        raise UsageError(f"--show-unmanaged lists backend objects in the text and json "
                         f"formats, not in {args.format}")
 
 
@@ -287,7 +287,7 @@ def apply(args: argparse.Namespace) -> int:
 def _check_apply_arguments(args: argparse.Namespace) -> None:
     """Flags that would be silently ignored are refused, before anything starts."""
     if args.format == "json" and not args.auto_approve:
-        raise UnetError("--format json prints no plan to confirm: give --auto-approve "
+        raise UsageError("--format json prints no plan to confirm: give --auto-approve "
                         "(after reviewing the plan, e.g. `unet plan -o FILE`)")
     if not args.target.is_file():
         return
@@ -296,7 +296,7 @@ def _check_apply_arguments(args: argparse.Namespace) -> None:
                                       ("--manager", args.manager),
                                       ("--region", args.region)) if value]
     if given:
-        raise UnetError(f"{', '.join(given)}: a saved plan names its own revision, managers, "
+        raise UsageError(f"{', '.join(given)}: a saved plan names its own revision, managers, "
                         f"shard and mode; apply {args.target} without "
                         f"{'it' if len(given) == 1 else 'them'}, or plan again")
 
@@ -443,7 +443,7 @@ def show_bindings(args: argparse.Namespace) -> int:
     from .bindings import render_text
 
     if args.offline and args.manager:
-        raise UnetError("--offline reads no backend: leave out --manager")
+        raise UsageError("--offline reads no backend: leave out --manager")
     with working():
         document = _bindings(args)
     if document is None:
@@ -485,7 +485,7 @@ def reach(args: argparse.Namespace) -> int:
     from .reach_query import parse_port, probes
 
     if args.detailed_exitcode and not args.live:
-        raise UnetError("--detailed-exitcode says whether the live fabric disagrees: give "
+        raise UsageError("--detailed-exitcode says whether the live fabric disagrees: give "
                         "--live too")
     head = _validated_head(args, args.path, args.rev)
     if head is None:

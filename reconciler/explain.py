@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .diagnostics import CODES
-from .errors import UnetError
+from .errors import UsageError
 
 BROKEN = Path(__file__).resolve().parent.parent / "examples" / "broken"
 MARK = "# Broken:"
@@ -77,7 +77,7 @@ def code_named(text: str) -> str:
     if code in CODES:
         return code
     near = difflib.get_close_matches(code, list(CODES), n=1)
-    raise UnetError(f"no diagnostic code {text}" + (f"; did you mean {near[0]}?" if near
+    raise UsageError(f"no diagnostic code {text}" + (f"; did you mean {near[0]}?" if near
                                                      else "") + " (`unet codes` lists them)")
 
 

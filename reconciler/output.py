@@ -18,7 +18,7 @@ def add_format(parser: argparse.ArgumentParser, formats: Sequence[str] = TEXT_JS
     """`--format` (and `-o`, unless `short` is false) on a command that prints: text, the
     default, for people; json for tools. `aliases`: old names still accepted."""
     names = ("--format", "-o") if short else ("--format",)
-    said = help or f"{' or '.join(formats)} (default text)"
+    said = help or f"{', '.join(formats[:-1])} or {formats[-1]} (default text)"
     return parser.add_argument(*names, dest="format", choices=(*formats, *aliases),
                                default="text", metavar="FORMAT", help=said)
 

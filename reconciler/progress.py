@@ -63,8 +63,8 @@ _current: _Line | None = None
 
 class _Line:
     """A spinner, what is being done and the time it has taken, on one line of standard
-    error, from `after` seconds on until the first output or the end of the work; erased
-    then, so that it never mixes with what is printed."""
+    error, from `after` seconds on; ended (erased) by the end of the work or by the first
+    output, so that it never mixes with what is printed."""
 
     def __init__(self, stream: TextIO, after: float) -> None:
         self.stream, self.text = stream, "working"
@@ -74,6 +74,12 @@ class _Line:
         self.stopped = False
         self.timer = threading.Timer(after, self._show)
         self.timer.daemon = True
+        self.saved = (sys.stdout, sys.stderr)
+
+    def start(self) -> None:
+        sys.stdout = _Watched(sys.stdout, self)
+        sys.stderr = _Watched(sys.stderr, self)
+        self.timer.start()
 
     def _show(self) -> None:
         from rich.console import Console
@@ -88,7 +94,6 @@ class _Line:
                              transient=True, redirect_stdout=False, redirect_stderr=False)
             self.task = self.bars.add_task(self.text, total=None)
             self.bars.start()
-            _stop_on_output(self)
 
     def say(self, text: str) -> None:
         with self.lock:
@@ -104,7 +109,7 @@ class _Line:
             self.timer.cancel()
             if self.bars is not None:
                 self.bars.stop()
-                _restore_streams()
+            sys.stdout, sys.stderr = self.saved
 
 
 @contextlib.contextmanager
@@ -118,7 +123,7 @@ def working(stream: TextIO | None = None) -> Iterator[None]:
         yield
         return
     line = _current = _Line(stream, _show_after())
-    line.timer.start()
+    line.start()
     try:
         yield
     finally:
@@ -146,22 +151,9 @@ def _show_after() -> float:
         return SHOW_AFTER
 
 
-_streams: list[tuple[TextIO, TextIO]] = []
-
-
-def _stop_on_output(line: _Line) -> None:
-    """The first write to standard output or error ends the line (it is erased first)."""
-    _streams.append((sys.stdout, sys.stderr))
-    sys.stdout = _Watched(sys.stdout, line)
-    sys.stderr = _Watched(sys.stderr, line)
-
-
-def _restore_streams() -> None:
-    if _streams:
-        sys.stdout, sys.stderr = _streams.pop()
-
-
 class _Watched:
+    """Standard output or error while a status line may show: the first write ends it."""
+
     def __init__(self, stream: TextIO, line: _Line) -> None:
         self._stream, self._line = stream, line
 

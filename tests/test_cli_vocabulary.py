@@ -190,8 +190,8 @@ def test_a_saved_plan_names_its_own_revision_and_managers(example_copy: Path) ->
 # --- progress -------------------------------------------------------------------------------
 
 
-def _in_a_pty(cwd: Path, *args: str, **env: str) -> tuple[int, str]:
-    """Run unet with a terminal for standard output and standard error."""
+def _in_a_pty(cwd: Path, *args: str, answer: str = "", **env: str) -> tuple[int, str]:
+    """Run unet with a terminal for its standard streams; `answer` is typed at a prompt."""
     pid, fd = pty.fork()
     if pid == 0:  # the child
         os.chdir(cwd)
@@ -209,6 +209,8 @@ def _in_a_pty(cwd: Path, *args: str, **env: str) -> tuple[int, str]:
         if not data:
             break
         chunks.append(data)
+        if answer and b"accepted" in data:
+            os.write(fd, answer.encode() + b"\r")
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
 
@@ -232,6 +234,16 @@ def test_no_progress_before_the_delay(example_copy: Path) -> None:
     code, seen = _in_a_pty(example_copy, "plan", "--manager", "ovn",
                            UNET_PROGRESS_AFTER="60")
     assert code == 0 and "observing" not in seen, seen
+
+
+def test_the_status_line_ends_before_the_plan_and_the_prompt(example_copy: Path) -> None:
+    code, seen = _in_a_pty(example_copy, "apply", "--manager", "ovn", answer="no",
+                           UNET_PROGRESS_AFTER="0")
+    assert code == 1 and "apply cancelled; nothing was changed" in seen, seen
+    assert "observing ovn" in seen
+    shown = seen.rindex("planning")
+    assert shown < seen.index("Plan: 0 to delete"), "the line was drawn over the plan"
+    assert "planning" not in seen[seen.index("Plan: 0 to delete"):]
 
 
 # --- reconcile --once -----------------------------------------------------------------------

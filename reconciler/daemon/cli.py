@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EXIT_OK, UnetError
+from ..errors import EXIT_OK, UnetError, UsageError
 from ..output import add_format
 from ..sources import DEFAULT_MAX_FILE_BYTES
 from .history import DEFAULT_STATE_DIR, HISTORY_FILE, read_history
@@ -159,18 +159,18 @@ _DAEMON_ONLY = {"interval": "--interval", "jitter": "--jitter",
 def check_arguments(args: argparse.Namespace) -> None:
     """Flags that would be silently ignored are refused, before anything starts."""
     if args.branch is not None and args.repo is None:
-        raise UnetError("--branch is the branch of --repo: without --repo, the folder "
+        raise UsageError("--branch is the branch of --repo: without --repo, the folder "
                         "--path is reconciled as it is on disk")
     if args.once:
         given = [flag for name, flag in _DAEMON_ONLY.items()
                  if getattr(args, name) not in (None, False)]
         if given:
-            raise UnetError(f"{', '.join(given)}: the daemon's; --once makes one run")
+            raise UsageError(f"{', '.join(given)}: the daemon's; --once makes one run")
         return
     if args.detailed_exitcode:
-        raise UnetError("--detailed-exitcode is the exit code of one run: give --once")
+        raise UsageError("--detailed-exitcode is the exit code of one run: give --once")
     if args.format is not None:
-        raise UnetError("--format is for --once (and `reconcile history`): the daemon logs "
+        raise UsageError("--format is for --once (and `reconcile history`): the daemon logs "
                         "one JSON line per run on standard error")
 
 
