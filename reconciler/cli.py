@@ -52,7 +52,7 @@ def _add_live_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manager", action="append", metavar="NAME",
                         help="only this NetworkManager (repeatable; default: all)")
     reconcile.add_region_argument(parser)
-    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
+    parser.add_argument("--lock-timeout", type=float, metavar="SECONDS",
                         help="how long to wait for another run's lock (default 60)")
 
 

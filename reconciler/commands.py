@@ -130,7 +130,8 @@ def _inputs(args: argparse.Namespace, path: Path, rev: str | None) -> dict[str, 
 def _options(args: argparse.Namespace, repo: Path) -> RunOptions:
     """How to run against the backends; local state (the embedded database) lives in the
     repo's `.unet/`, wherever unet is run from."""
-    return RunOptions(workdir=repo.resolve(), lock_timeout=args.lock_timeout,
+    lock_timeout = 60.0 if args.lock_timeout is None else args.lock_timeout
+    return RunOptions(workdir=repo.resolve(), lock_timeout=lock_timeout,
                       only=args.manager, refresh_only=args.refresh_only, progress=_progress)
 
 
@@ -150,22 +151,24 @@ def _check_plan_arguments(args: argparse.Namespace) -> None:
     if args.base is None:
         if args.head is not None:
             raise UsageError("--head needs --base: it is the revision a plan between two "
-                            "revisions ends at; to plan one revision against the backends, "
-                            "give --rev")
+                             "revisions ends at; to plan one revision against the backends, "
+                             "give --rev")
     else:
         if args.head is not None and args.rev is not None:
             raise UsageError("--rev and --head both name the revision a plan between two "
-                            "revisions ends at: give one")
+                             "revisions ends at: give one")
         unused = [flag for flag, given in (("--refresh-only", args.refresh_only),
                                            ("--show-unmanaged", args.show_unmanaged),
-                                           ("--manager", args.manager)) if given]
+                                           ("--manager", args.manager),
+                                           ("--lock-timeout", args.lock_timeout is not None))
+                  if given]
         if unused:
             raise UsageError(f"{', '.join(unused)}: a plan between two revisions reads no "
-                            "backend (--base stands for what they hold); leave "
-                            f"{'it' if len(unused) == 1 else 'them'} out")
+                             "backend (--base stands for what they hold); leave "
+                             f"{'it' if len(unused) == 1 else 'them'} out")
     if args.show_unmanaged and args.format not in ("text", "json"):
         raise UsageError(f"--show-unmanaged lists backend objects in the text and json "
-                        f"formats, not in {args.format}")
+                         f"formats, not in {args.format}")
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -288,7 +291,7 @@ def _check_apply_arguments(args: argparse.Namespace) -> None:
     """Flags that would be silently ignored are refused, before anything starts."""
     if args.format == "json" and not args.auto_approve:
         raise UsageError("--format json prints no plan to confirm: give --auto-approve "
-                        "(after reviewing the plan, e.g. `unet plan -o FILE`)")
+                         "(after reviewing the plan, e.g. `unet plan -o FILE`)")
     if not args.target.is_file():
         return
     given = [flag for flag, value in (("--rev", args.rev),
@@ -297,8 +300,8 @@ def _check_apply_arguments(args: argparse.Namespace) -> None:
                                       ("--region", args.region)) if value]
     if given:
         raise UsageError(f"{', '.join(given)}: a saved plan names its own revision, managers, "
-                        f"shard and mode; apply {args.target} without "
-                        f"{'it' if len(given) == 1 else 'them'}, or plan again")
+                         f"shard and mode; apply {args.target} without "
+                         f"{'it' if len(given) == 1 else 'them'}, or plan again")
 
 
 def _apply_repo(args: argparse.Namespace) -> int:
@@ -486,7 +489,7 @@ def reach(args: argparse.Namespace) -> int:
 
     if args.detailed_exitcode and not args.live:
         raise UsageError("--detailed-exitcode says whether the live fabric disagrees: give "
-                        "--live too")
+                         "--live too")
     head = _validated_head(args, args.path, args.rev)
     if head is None:
         return EXIT_ERROR

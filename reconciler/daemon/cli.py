@@ -105,7 +105,7 @@ def _daemon_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"serve /metrics, /healthz, /readyz (daemon default "
                              f"{DEFAULT_METRICS_PORT}; 0: any free port, written to "
                              f"DIR/{PORT_FILE}; --once: only when given)")
-    parser.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS",
+    parser.add_argument("--metrics-address", metavar="ADDRESS",
                         help="address to listen on (default 0.0.0.0: every IPv4 "
                              "address; :: for every IPv6 and IPv4 address)")
     parser.add_argument("--webhook-secret-env", metavar="NAME",
@@ -142,7 +142,8 @@ def command(args: argparse.Namespace) -> int:
 
     check_arguments(args)
     reconciler = Reconciler(options_of(args))
-    serving = Serving(args.metrics_address, args.metrics_port, args.interval or 300.0,
+    serving = Serving(args.metrics_address or "0.0.0.0", args.metrics_port,
+                      args.interval or 300.0,
                       0.1 if args.jitter is None else args.jitter,
                       _webhook_secret(args.webhook_secret_env))
     if args.once:
@@ -160,18 +161,22 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Flags that would be silently ignored are refused, before anything starts."""
     if args.branch is not None and args.repo is None:
         raise UsageError("--branch is the branch of --repo: without --repo, the folder "
-                        "--path is reconciled as it is on disk")
+                         "--path is reconciled as it is on disk")
     if args.once:
         given = [flag for name, flag in _DAEMON_ONLY.items()
                  if getattr(args, name) not in (None, False)]
         if given:
-            raise UsageError(f"{', '.join(given)}: the daemon's; --once makes one run")
+            raise UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} the "
+                             "daemon's: --once makes one run")
+        if args.metrics_address is not None and args.metrics_port is None:
+            raise UsageError("--metrics-address: a run of --once serves metrics only on "
+                             "--metrics-port; give it too")
         return
     if args.detailed_exitcode:
         raise UsageError("--detailed-exitcode is the exit code of one run: give --once")
     if args.format is not None:
         raise UsageError("--format is for --once (and `reconcile history`): the daemon logs "
-                        "one JSON line per run on standard error")
+                         "one JSON line per run on standard error")
 
 
 def history_command(args: argparse.Namespace) -> int:
