@@ -286,7 +286,7 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .progress import working
+    from .progress import say, working
     from .report import (
         display_prefix,
         markdown_summary,
@@ -300,6 +300,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     args.path, only = _validate_target(args.paths)
     with working():
+        say("validating")
         diagnostics, files, documents = _validated(args)
     if only is not None:  # pre-commit: the files given, and what concerns the whole repo
         diagnostics = [d for d in diagnostics if d.file is None or d.file in only]

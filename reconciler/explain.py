@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .diagnostics import CODES
+from .diagnostics import CODES, PLAN_TIME_CODES
 from .errors import UsageError
 
 BROKEN = Path(__file__).resolve().parent.parent / "examples" / "broken"
@@ -89,7 +89,7 @@ def explanation(code: str) -> dict[str, Any]:
     return {"code": code, "severity": str(info.severity), "category": info.category,
             "when": info.when, "fix": FIXES.get(code) or (hints[0] if hints else None),
             "examples": [e.to_json() for e in examples],
-            "examples_found": BROKEN.is_dir()}
+            "from_plans": code in PLAN_TIME_CODES, "examples_found": BROKEN.is_dir()}
 
 
 def _examples(code: str) -> list[Example]:
@@ -138,7 +138,7 @@ def render_text(document: dict[str, Any]) -> str:
         out.append("")
     if not document["examples"]:
         out += ["Example: " + ("none: the code comes from a plan, not from validate"
-                               if document["examples_found"] else
+                               if document["from_plans"] or document["examples_found"] else
                                "see examples/broken/ in unet's source (this unet is "
                                "installed without it)"), ""]
     out.append(f"Fix: {document['fix']}")

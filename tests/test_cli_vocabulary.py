@@ -141,6 +141,19 @@ def test_every_code_has_a_fix(capsys: pytest.CaptureFixture[str]) -> None:
         assert document["fix"], f"{code} says no fix"
 
 
+def test_an_installed_unet_points_to_the_examples(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from unet.reconciler import explain
+
+    monkeypatch.setattr(explain, "BROKEN", tmp_path / "absent")
+    assert main(["codes", "SUBNET_OVERLAP"]) == 0
+    out = capsys.readouterr().out
+    assert "see examples/broken/ in unet's source" in out and "Fix: give each subnet" in out
+    assert main(["codes", "STALE_PLAN"]) == 0
+    assert "Fix: make the plan again" in capsys.readouterr().out
+
+
 def test_an_unknown_code_is_refused_with_the_nearest(tmp_path: Path) -> None:
     result = unet(tmp_path, "codes", "SUBNET_OVERLAPS")
     assert result.returncode == 1 and "no diagnostic code SUBNET_OVERLAPS" in result.stderr
