@@ -26,8 +26,8 @@ def headline(run: Run) -> str:
 
 
 def summary(run: Run) -> list[str]:
-    """The run for people (`reconcile --once` on a terminal): the headline, then what
-    changed, what was found, how long it took."""
+    """The run for people (`reconcile --once` on a terminal): the headline (its message
+    says what was applied), then what else was found, and how long it took."""
     lines = [headline(run)]
     if run.reconciled and run.reconciled != run.revision:
         lines.append(f"  reconciled {short(run.reconciled)} (the last good revision)")
@@ -36,10 +36,6 @@ def summary(run: Run) -> list[str]:
     if run.drift:
         lines.append(f"  drift: {run.drift} objects changed outside unet"
                      + (f", {run.repaired} repaired" if run.repaired else ""))
-    if run.applied:
-        lines.append(f"  applied: {run.applied.get('create', 0)} created, "
-                     f"{run.applied.get('update', 0)} updated, "
-                     f"{run.applied.get('delete', 0)} deleted")
     lines.append(f"  took {run.duration:.1f} s")
     return lines
 
