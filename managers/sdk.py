@@ -67,6 +67,7 @@ from unet.reconciler.objects import (
     immutable_tag,
 )
 from unet.reconciler.order import Step
+from unet.reconciler.output import add_format
 from unet.reconciler.processes import process_alive
 from unet.reconciler.schema import Manifest
 from unet.reconciler.state import state_folder
@@ -109,6 +110,7 @@ __all__ = [
     "Traced",
     "UnetError",
     "Watch",
+    "add_format",
     "attachment_identity",
     "binding_key",
     "content_hash",

@@ -14,7 +14,8 @@ from . import heap
 from .command import Command, installed_commands
 from .daemon import cli as reconcile
 from .diagnostics import Diagnostic, codes_markdown
-from .errors import EXIT_ERROR, EXIT_OK, Stopped, UnetError
+from .errors import EXIT_ERROR, EXIT_OK, Stopped, UnetError, UsageError
+from .output import FORMATS, add_format, not_a_format
 from .sources import DEFAULT_MAX_FILE_BYTES, SourceFile
 from .state import STATE_DIR, state_folder
 
@@ -31,10 +32,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"unet: error: {message}\n")
-
-
-#: The formats of every command that prints a result, in one vocabulary.
-FORMATS = ("text", "json", "github", "markdown")
 
 
 def _add_repo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +53,7 @@ def _add_live_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manager", action="append", metavar="NAME",
                         help="only this NetworkManager (repeatable; default: all)")
     reconcile.add_region_argument(parser)
-    parser.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
+    parser.add_argument("--lock-timeout", type=float, metavar="SECONDS",
                         help="how long to wait for another run's lock (default 60)")
 
 
@@ -107,9 +104,8 @@ def _add_validate(commands: Commands) -> None:
                           help="read this Git revision's objects instead of the files on disk")
     validate.add_argument("--max-file-size", type=int, default=DEFAULT_MAX_FILE_BYTES,
                           metavar="BYTES", help="largest manifest file accepted (default 1 MiB)")
-    validate.add_argument("--format", choices=(*FORMATS, "human"), default="text",
-                          help="text (human: its old name), json, github (annotations), "
-                               "markdown")
+    add_format(validate, FORMATS, aliases=("human",),
+               help="text (human: its old name), json, github (annotations), markdown")
     validate.add_argument("--no-cache", action="store_true",
                           help="do not read or write unet's caches (results and parsed "
                                "files)")
@@ -124,10 +120,11 @@ def _add_plan(commands: Commands) -> None:
                            "what the backends hold (pull requests)")
     plan.add_argument("--head", metavar="REV",
                       help="with --base: the revision to plan (default: the files on disk)")
-    plan.add_argument("-o", "--out", type=Path, metavar="FILE", help="save the plan as JSON")
-    plan.add_argument("--format", choices=FORMATS, default="text",
-                      help="github: annotations for the diagnostics, the text plan, and the "
-                           "Markdown plan in the job summary")
+    plan.add_argument("-o", "--out", type=_plan_file, metavar="FILE",
+                      help="save the plan as JSON (the one command where -o is not --format)")
+    add_format(plan, FORMATS, short=False,
+               help="text, json, markdown, github: annotations for the diagnostics, the text "
+                    "plan, and the Markdown plan in the job summary")
     plan.add_argument("--detailed-exitcode", action="store_true",
                       help="exit 2 when the plan has changes, 0 when it has none")
     plan.add_argument("--refresh-only", action="store_true",
@@ -136,6 +133,10 @@ def _add_plan(commands: Commands) -> None:
                       help="also list backend objects that are not this installation's")
     _add_live_arguments(plan)
     plan.set_defaults(func=_command("plan"))
+
+
+def _plan_file(value: str) -> Path:
+    return Path(not_a_format(value))
 
 
 def _add_apply(commands: Commands) -> None:
@@ -151,6 +152,8 @@ def _add_apply(commands: Commands) -> None:
                        help="do not ask for confirmation (CI)")
     apply.add_argument("--refresh-only", action="store_true",
                        help="only repair drift; leave repo changes for a normal apply")
+    add_format(apply, help="text or json (one object: the plan applied and the outcome; "
+                           "needs --auto-approve)")
     _add_live_arguments(apply)
     apply.set_defaults(func=_command("apply"))
 
@@ -177,8 +180,16 @@ def _add_schema(commands: Commands) -> None:
 
 
 def _add_codes(commands: Commands) -> None:
-    codes = commands.add_parser("codes", help="list the diagnostic codes")
-    codes.add_argument("--markdown", action="store_true", help="the reference page")
+    codes = commands.add_parser(
+        "codes", help="list the diagnostic codes, or explain one",
+        description="Without CODE, every code; with it, what it means, an example (from "
+                    "examples/broken/, where unet runs from its source tree) and the fix.")
+    code = codes.add_argument("code", nargs="?", metavar="CODE",
+                              help="a code to explain: SUBNET_OVERLAP (subnet-overlap too)")
+    code.completer = _code_names  # type: ignore[attr-defined]
+    codes.add_argument("--markdown", action="store_true",
+                       help="the reference page (as --format markdown)")
+    add_format(codes, ("text", "json", "markdown"))
     codes.set_defaults(func=_cmd_codes)
 
 
@@ -187,14 +198,14 @@ def _add_show(commands: Commands) -> None:
     show_what = show.add_subparsers(dest="what", required=True, parser_class=_Parser)
     saved = show_what.add_parser("plan", help="render a saved plan")
     saved.add_argument("file", type=Path)
-    saved.add_argument("--format", choices=FORMATS, default="text")
+    add_format(saved, FORMATS)
     saved.set_defaults(func=_command("show_plan"))
     binding = show_what.add_parser(
         "bindings", help="what each workload needs to bind: addresses, gateway, DNS, routes, "
                          "MTU, segment, the network to attach to on its hosting cluster")
     _add_repo_arguments(binding)
     binding.add_argument("--tenant", metavar="NAME", help="only this tenant's workloads")
-    binding.add_argument("--format", choices=FORMATS[:2], default="text")
+    add_format(binding)
     binding.add_argument("--offline", action="store_true",
                          help="do not read the backends (a pull request's view): allocated "
                               "values are shown as (known after apply)")
@@ -207,6 +218,7 @@ def _add_show(commands: Commands) -> None:
                                          help="a NetworkClass and its effective capabilities")
     network_class.add_argument("name")
     _add_repo_arguments(network_class)
+    add_format(network_class)
     network_class.set_defaults(func=_cmd_show_network_class)
 
 
@@ -219,7 +231,7 @@ def _add_show_usage(show_what: Commands) -> None:
     usage.add_argument("--tenant", metavar="NAME",
                        help="only the spaces this tenant draws from: its subnets, the pools "
                             "it may use, its classes' segment ranges")
-    usage.add_argument("--format", choices=FORMATS[:2], default="text")
+    add_format(usage)
     usage.add_argument("--offline", action="store_true",
                        help="do not read the backends: count what the repo's allocation takes")
     usage.add_argument("--manager", action="append", metavar="NAME",
@@ -236,7 +248,7 @@ def _add_show_status(show_what: Commands) -> None:
     _add_repo_arguments(shown)
     shown.add_argument("--tenant", metavar="NAME",
                        help="only this tenant's manifests (nothing of another tenant)")
-    shown.add_argument("--format", choices=FORMATS[:2], default="text")
+    add_format(shown)
     shown.add_argument("--manager", action="append", metavar="NAME",
                        help="read only this NetworkManager's backend (repeatable)")
     reconcile.add_region_argument(shown)
@@ -255,7 +267,7 @@ def _add_reach(commands: Commands) -> None:
     reach.add_argument("target", metavar="TO")
     reach.add_argument("--port", metavar="PROTO/PORT",
                        help="tcp/443, udp/53, icmp or icmpv6 (default: tcp, any port)")
-    reach.add_argument("--format", choices=FORMATS[:2], default="text")
+    add_format(reach)
     reach.add_argument("--live", action="store_true",
                        help="cross-check the answer with the live fabric (OVN: ovn-trace on "
                             "the manager's southbound) and say where they disagree")
@@ -311,6 +323,7 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from .progress import say, working
     from .report import (
         display_prefix,
         markdown_summary,
@@ -323,7 +336,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     )
 
     args.path, only = _validate_target(args.paths)
-    diagnostics, files, documents = _validated(args)
+    with working():
+        say("validating")
+        diagnostics, files, documents = _validated(args)
     if only is not None:  # pre-commit: the files given, and what concerns the whole repo
         diagnostics = [d for d in diagnostics if d.file is None or d.file in only]
     summary = summarize(diagnostics, files, documents)
@@ -456,10 +471,21 @@ def _check_schemas(files: dict[str, str], out_dir: Path) -> int:
 
 
 def _cmd_codes(args: argparse.Namespace) -> int:
+    import json
+
     from .diagnostics import CODES
 
-    if args.markdown:
+    if args.markdown and args.format != "text":
+        raise UsageError("--markdown is --format markdown: give one of them")
+    fmt = "markdown" if args.markdown else args.format
+    if args.code is not None:
+        return _explain_code(args.code, fmt)
+    if fmt == "markdown":
         sys.stdout.write(codes_markdown())
+    elif fmt == "json":
+        listed = [{"code": code, "severity": str(info.severity), "category": info.category,
+                   "when": info.when} for code, info in CODES.items()]
+        sys.stdout.write(json.dumps(listed, indent=2) + "\n")
     else:
         width = max(map(len, CODES))
         for code, info in CODES.items():
@@ -467,8 +493,32 @@ def _cmd_codes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _explain_code(text: str, fmt: str) -> int:
+    import json
+
+    from .explain import code_named, explanation, render_markdown, render_text
+
+    document = explanation(code_named(text))
+    if fmt == "json":
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_markdown(document) if fmt == "markdown"
+                         else render_text(document))
+    return EXIT_OK
+
+
+def _code_names(**_kwargs: Any) -> list[str]:
+    """What completes CODE: every code."""
+    from .diagnostics import CODES
+
+    return list(CODES)
+
+
 def _cmd_show_network_class(args: argparse.Namespace) -> int:
-    from .report import render_human, summarize
+    import io
+    import json
+
+    from .report import display_prefix, render_human, render_json, sources_of, summarize
     from .validate import validate_repo
 
     result = validate_repo(args.path, args.rev, args.max_file_size)
@@ -477,23 +527,47 @@ def _cmd_show_network_class(args: argparse.Namespace) -> int:
     if cls is None or ctx is None:
         print(f"unet: no NetworkClass named '{args.name}'", file=sys.stderr)
         return EXIT_ERROR
-    spec = cls.obj.spec
     caps = ctx.class_caps.get(cls.name)
-    print(f"NetworkClass {cls.name}  ({cls.doc.file}:{cls.doc.line})")
-    print(f"  region:        {spec.region}{'  (default)' if spec.default else ''}")
-    print(f"  fabricManager: {spec.fabric_manager or '-'}")
-    print(f"  k8sManager:    {spec.k8s_manager or '-'}")
-    print(f"  segmentRange:  {spec.segment_range.start}-{spec.segment_range.end}")
-    print(f"  vipPrefixLength: {spec.vip_prefix_length or '-'}")
-    if spec.disable_capabilities:
-        print(f"  disabled:      {', '.join(sorted(spec.disable_capabilities))}")
-    if caps is None:
+    document = _network_class(cls, caps)
+    summary = summarize(result.diagnostics, result.files, len(result.documents))
+    if args.format == "json":  # an invalid class's document says why, as validate's does
+        report = io.StringIO()
+        render_json(result.diagnostics, summary, report, display_prefix(args.path))
+        document["diagnostics"] = json.loads(report.getvalue())["diagnostics"]
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        _print_network_class(document)
+        if caps is None:
+            render_human(result.diagnostics, summary, sys.stdout, display_prefix(args.path),
+                         sources=sources_of(args.path, args.rev))
+    return EXIT_OK if caps is not None else EXIT_ERROR
+
+
+def _network_class(cls: Any, caps: set[str] | frozenset[str] | None) -> dict[str, Any]:
+    spec = cls.obj.spec
+    return {"format_version": "1.0", "name": cls.name, "file": cls.doc.file,
+            "line": cls.doc.line, "region": spec.region, "default": bool(spec.default),
+            "fabricManager": spec.fabric_manager, "k8sManager": spec.k8s_manager,
+            "segmentRange": {"start": spec.segment_range.start,
+                             "end": spec.segment_range.end},
+            "vipPrefixLength": spec.vip_prefix_length,
+            "disabledCapabilities": sorted(spec.disable_capabilities or ()),
+            "capabilities": sorted(caps) if caps is not None else None}
+
+
+def _print_network_class(doc: dict[str, Any]) -> None:
+    print(f"NetworkClass {doc['name']}  ({doc['file']}:{doc['line']})")
+    print(f"  region:        {doc['region']}{'  (default)' if doc['default'] else ''}")
+    print(f"  fabricManager: {doc['fabricManager'] or '-'}")
+    print(f"  k8sManager:    {doc['k8sManager'] or '-'}")
+    print(f"  segmentRange:  {doc['segmentRange']['start']}-{doc['segmentRange']['end']}")
+    print(f"  vipPrefixLength: {doc['vipPrefixLength'] or '-'}")
+    if doc["disabledCapabilities"]:
+        print(f"  disabled:      {', '.join(doc['disabledCapabilities'])}")
+    if doc["capabilities"] is None:
         print("  capabilities:  unknown (the class is invalid)")
-        render_human(result.diagnostics, summarize(result.diagnostics, result.files,
-                                                   len(result.documents)), sys.stdout)
-        return EXIT_ERROR
-    print(f"  capabilities:  {', '.join(sorted(caps))}")
-    return EXIT_OK
+    else:
+        print(f"  capabilities:  {', '.join(doc['capabilities'])}")
 
 
 def argcomplete_hook(parser: argparse.ArgumentParser) -> None:
@@ -520,11 +594,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "no_color", False):
         os.environ["NO_COLOR"] = "1"
-    for name in ("path", "target"):  # the repo the current folder is in, by default
-        if name in vars(args) and getattr(args, name) is None:
-            setattr(args, name, repo_root(Path.cwd()))
     func: Callable[[argparse.Namespace], int] = args.func
-    return _run(func, args)
+    return _run(lambda given: func(_with_repo(given)), args)
+
+
+def _with_repo(args: argparse.Namespace) -> argparse.Namespace:
+    """The repo the current folder is in, unless one is given; one given must exist."""
+    for name in ("path", "target"):
+        if name not in vars(args) or args.command == "reconcile":  # its --path: in --repo
+            continue
+        given = getattr(args, name)
+        if given is None:
+            setattr(args, name, repo_root(Path.cwd()))
+        elif isinstance(given, Path) and not given.exists():
+            what = "the network repo, or a plan saved with `unet plan -o FILE`" \
+                if name == "target" else "the network repo (a folder)"
+            raise UsageError(f"{given}: no such file or folder; give {what}")
+    return args
 
 
 def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
@@ -533,6 +619,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
             return func(args)
         except Stopped as stopped:  # what stopped it is the news; how far it got is shown
             raise stopped.cause from None
+    except UsageError as exc:
+        print(f"unet: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except UnetError as exc:
         print(f"unet: {exc}", file=sys.stderr)
         return EXIT_ERROR

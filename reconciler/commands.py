@@ -14,14 +14,14 @@ from . import engine
 from .command import Command
 from .contract import ProgressFactory
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
-from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK
+from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UsageError
 from .model import Model
 from .plan import Plan
 from .plan_io import PlanFormatError, document_text, dumps, plan_to_json, read_plan
 from .plan_render import internet_facing, render_markdown, render_text
 from .planner import invalid_plan, plan_between
 from .plugins import managers_of
-from .progress import Progress
+from .progress import Progress, quiet, say, working
 from .report import (
     display_prefix,
     github_annotations,
@@ -95,6 +95,7 @@ def _validated_head(args: argparse.Namespace, path: Path, rev: str | None,
     the mode and inputs of the plan it would have given). Parsed files come from and go to
     the parse cache, unless `parsed` is the caller's. With `base` (a pull request's), what
     a guardrail forbids is said at the change that opened it."""
+    say("validating")
     own = parsed_files(path, args.max_file_size, not args.no_cache) if parsed is None \
         else parsed
     head = validate_repo(path, rev, args.max_file_size, own, _shard(args))
@@ -129,7 +130,8 @@ def _inputs(args: argparse.Namespace, path: Path, rev: str | None) -> dict[str, 
 def _options(args: argparse.Namespace, repo: Path) -> RunOptions:
     """How to run against the backends; local state (the embedded database) lives in the
     repo's `.unet/`, wherever unet is run from."""
-    return RunOptions(workdir=repo.resolve(), lock_timeout=args.lock_timeout,
+    lock_timeout = 60.0 if args.lock_timeout is None else args.lock_timeout
+    return RunOptions(workdir=repo.resolve(), lock_timeout=lock_timeout,
                       only=args.manager, refresh_only=args.refresh_only, progress=_progress)
 
 
@@ -139,6 +141,37 @@ def _progress(manager: str) -> ProgressFactory:
 
 
 def plan(args: argparse.Namespace) -> int:
+    _check_plan_arguments(args)
+    with working():
+        return _plan(args)
+
+
+def _check_plan_arguments(args: argparse.Namespace) -> None:
+    """Flags that would be silently ignored are refused, before anything starts."""
+    if args.base is None:
+        if args.head is not None:
+            raise UsageError("--head needs --base: it is the revision a plan between two "
+                             "revisions ends at; to plan one revision against the backends, "
+                             "give --rev")
+    else:
+        if args.head is not None and args.rev is not None:
+            raise UsageError("--rev and --head both name the revision a plan between two "
+                             "revisions ends at: give one")
+        unused = [flag for flag, given in (("--refresh-only", args.refresh_only),
+                                           ("--show-unmanaged", args.show_unmanaged),
+                                           ("--manager", args.manager),
+                                           ("--lock-timeout", args.lock_timeout is not None))
+                  if given]
+        if unused:
+            raise UsageError(f"{', '.join(unused)}: a plan between two revisions reads no "
+                             "backend (--base stands for what they hold); leave "
+                             f"{'it' if len(unused) == 1 else 'them'} out")
+    if args.show_unmanaged and args.format not in ("text", "json"):
+        raise UsageError(f"--show-unmanaged lists backend objects in the text and json "
+                         f"formats, not in {args.format}")
+
+
+def _plan(args: argparse.Namespace) -> int:
     if args.base is not None:
         if args.region:
             raise ApplyError("a plan between two revisions is of the whole repo: it shows "
@@ -176,6 +209,7 @@ def _plan_between(args: argparse.Namespace) -> int:
     base = base_revision()
     parsed.save()
     inputs["base"].update(valid=base.ok, errors=sum(d.is_error for d in base.diagnostics))
+    say("planning")
     result = plan_between(base, head, inputs)
     return _finish_plan(result, args, None)
 
@@ -194,6 +228,8 @@ def _finish_plan(result: Plan, args: argparse.Namespace,
         args.out.write_text(dumps(result))
     if reports and args.format == "json":
         document["backend_report"] = reports
+    if unmanaged is not None and args.format == "json":
+        document["unmanaged"] = unmanaged
     print_plan(document, args.format, args.path)
     if reports and args.format != "json":
         _print_reports(reports, markdown=args.format == "markdown")
@@ -240,13 +276,32 @@ def _load_plan(path: Path) -> dict[str, Any]:
 
 
 def apply(args: argparse.Namespace) -> int:
+    _check_apply_arguments(args)
     try:
-        if args.target.is_file():
-            return _apply_saved(args)
-        return _apply_repo(args)
+        with working():
+            if args.target.is_file():
+                return _apply_saved(args)
+            return _apply_repo(args)
     except ApplyError as exc:
         print(f"unet: {exc}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _check_apply_arguments(args: argparse.Namespace) -> None:
+    """Flags that would be silently ignored are refused, before anything starts."""
+    if args.format == "json" and not args.auto_approve:
+        raise UsageError("--format json prints no plan to confirm: give --auto-approve "
+                         "(after reviewing the plan, e.g. `unet plan -o FILE`)")
+    if not args.target.is_file():
+        return
+    given = [flag for flag, value in (("--rev", args.rev),
+                                      ("--refresh-only", args.refresh_only),
+                                      ("--manager", args.manager),
+                                      ("--region", args.region)) if value]
+    if given:
+        raise UsageError(f"{', '.join(given)}: a saved plan names its own revision, managers, "
+                         f"shard and mode; apply {args.target} without "
+                         f"{'it' if len(given) == 1 else 'them'}, or plan again")
 
 
 def _apply_repo(args: argparse.Namespace) -> int:
@@ -255,12 +310,15 @@ def _apply_repo(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
     def gate(plan: Plan, reports: Reports) -> Plan | None:
-        print_plan(plan_to_json(plan), "text")
-        _print_reports(reports)
+        quiet()  # what follows prints, asks, or draws its own bars
+        if args.format == "text":
+            print_plan(plan_to_json(plan), "text")
+            _print_reports(reports)
         return _approved(plan, args.auto_approve)
 
     inputs = _inputs(args, args.target, args.rev)
-    return _applied(_run_apply(head, inputs, _options(args, args.target), gate))
+    return _applied(_run_apply(head, inputs, _options(args, args.target), gate),
+                    args.format)
 
 
 def _apply_saved(args: argparse.Namespace) -> int:
@@ -282,19 +340,22 @@ def _apply_saved(args: argparse.Namespace) -> int:
     where = f"{path}" + (f" at {head_info['commit'][:12]}" if rev else "")
 
     def gate(plan: Plan, reports: Reports) -> Plan | None:
+        quiet()
         fresh = check_same(document, plan, f"{args.target} is not the plan that the repo "
                                            f"at {where} gives against the backends now")
-        print_plan(fresh, "text")  # the plan made now: what is shown is what is applied
+        if args.format == "text":  # the plan made now: what is shown is what is applied
+            print_plan(fresh, "text")
         if not plan.ok:
             print("unet: planned again, the saved plan has errors now; nothing was applied",
                   file=sys.stderr)
             return None
-        _print_reports(reports)
+        if args.format == "text":
+            _print_reports(reports)
         return _approved(plan, args.auto_approve)
 
     options = replace(_options(args, path), only=sorted(document["managers"]),
                       refresh_only=bool(inputs.get("refresh_only")))
-    return _applied(_run_apply(head, inputs, options, gate))
+    return _applied(_run_apply(head, inputs, options, gate), args.format)
 
 
 def _run_apply(head: Validation, inputs: dict[str, Any], options: RunOptions,
@@ -335,15 +396,18 @@ def _confirmed(auto_approve: bool) -> bool:
     return answer.strip() == "yes"
 
 
-def _applied(outcome: Outcome) -> int:
+def _applied(outcome: Outcome, fmt: str = "text") -> int:
     """Exit code and the last words of an apply."""
+    if fmt == "json":
+        _print_applied_json(outcome)
     if outcome.applied is None:  # nothing to change, or refused or cancelled (said why)
         plan = outcome.plan
         return EXIT_OK if plan is not None and plan.ok and not plan.has_changes else EXIT_ERROR
     counts = outcome.counts
-    print(f"\nApply complete: {counts['create']} created, {counts['update']} updated, "
-          f"{counts['delete']} deleted in {outcome.seconds:.1f} s.")
-    _print_reports(outcome.reports)
+    if fmt == "text":
+        print(f"\nApply complete: {counts['create']} created, {counts['update']} updated, "
+              f"{counts['delete']} deleted in {outcome.seconds:.1f} s.")
+        _print_reports(outcome.reports)
     if outcome.failures:
         _print_failures(outcome.failures)
         _print_pending(outcome.pending())
@@ -367,6 +431,21 @@ def _print_pending(pending: list[str]) -> None:
     print(f"unet: left pending: {shown}", file=sys.stderr)
 
 
+def _print_applied_json(outcome: Outcome) -> None:
+    """`apply --format json`: one object, the plan and what became of it."""
+    import json
+
+    plan = outcome.plan
+    document = {
+        "format_version": "1.0",
+        "plan": plan_to_json(plan) if plan is not None else None,
+        "applied": None if outcome.applied is None else dict(outcome.counts),
+        "seconds": round(outcome.seconds, 3) if outcome.applied is not None else None,
+        "failures": outcome.failures, "mismatches": outcome.mismatches,
+        "backend_report": outcome.reports}
+    sys.stdout.write(json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
+
+
 def _print_failures(failures: dict[str, str]) -> None:
     """Failed steps, grouped by reason (one unreachable cluster is one reason)."""
     by_reason: dict[str, list[str]] = {}
@@ -387,19 +466,14 @@ def show_bindings(args: argparse.Namespace) -> int:
     --offline, from the repo alone: allocated values are known after apply)."""
     import json
 
-    from .bindings import bindings, render_text
-    from .desired import render_desired
+    from .bindings import render_text
 
-    head = _validated_head(args, args.path, args.rev)
-    if head is None:
+    if args.offline and args.manager:
+        raise UsageError("--offline reads no backend: leave out --manager")
+    with working():
+        document = _bindings(args)
+    if document is None:
         return EXIT_ERROR
-    assert head.context is not None
-    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
-        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
-        return EXIT_ERROR
-    desired = render_desired(head, {}, new_are_unknown=True) if args.offline else \
-        engine.read_desired(head, RunOptions(workdir=args.path.resolve(), only=args.manager))
-    document = bindings(desired.model, desired.allocations, desired.managers, args.tenant)
     if args.format == "json":
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:
@@ -469,6 +543,23 @@ def show_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _bindings(args: argparse.Namespace) -> dict[str, Any] | None:
+    from .bindings import bindings
+    from .desired import render_desired
+
+    head = _validated_head(args, args.path, args.rev)
+    if head is None:
+        return None
+    assert head.context is not None
+    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
+        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+        return None
+    say("reading the backends" if not args.offline else "rendering the desired state")
+    desired = render_desired(head, {}, new_are_unknown=True) if args.offline else \
+        engine.read_desired(head, RunOptions(workdir=args.path.resolve(), only=args.manager))
+    return bindings(desired.model, desired.allocations, desired.managers, args.tenant)
+
+
 # --- reach ----------------------------------------------------------------------------------
 
 
@@ -481,6 +572,9 @@ def reach(args: argparse.Namespace) -> int:
     from .reach import Reachability
     from .reach_query import parse_port, probes
 
+    if args.detailed_exitcode and not args.live:
+        raise UsageError("--detailed-exitcode says whether the live fabric disagrees: give "
+                         "--live too")
     head = _validated_head(args, args.path, args.rev)
     if head is None:
         return EXIT_ERROR

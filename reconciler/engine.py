@@ -35,6 +35,7 @@ from .plan import Plan, restrict_to
 from .plan_io import DIGEST_FIELD, plan_to_json
 from .planner import plan_live
 from .plugins import managers_of
+from .progress import say
 from .validate import Validation
 
 #: What a run shows of its progress: the manager → its progress callbacks.
@@ -181,12 +182,15 @@ def _run(head: Validation, inputs: dict[str, Any], options: RunOptions, gate: Ga
     readers = allocation_readers(model, managers)
     with _sessions(managers, readers, options, outcome) as (sessions, allocating):
         def observe(name: str, owners: frozenset[str] | None = None) -> Observation:
+            say(f"observing {name}")
             return _claimed(head, reading.observe(name, sessions[name], owners))
 
         observations = {name: observe(name) for name in sorted(sessions)}
         hints = [(name, reading.observe(name, allocating[name])) for name in sorted(allocating)]
         held = reading.allocated([*sorted(observations.items()), *hints])
+        say("rendering the desired state")
         outcome.desired = reading.desired(head, held, sorted(managers))
+        say("planning")
         full = plan_live(head, managers, observations, inputs, outcome.desired,
                          reading.owners, reading.whole)
         plan = restrict_to(full, full.drift_ids) if options.refresh_only else full
@@ -319,6 +323,7 @@ def _execute(todo: Plan, sessions: Mapping[str, Session],
         waves = [wave for wave in waves if wave]
         if not waves:
             continue
+        say(f"applying {name}")
         done = applied[name] = sessions[name].apply(observations[name], waves, changes,
                                                     progress(name))
         for action, count in done.counts.items():

@@ -12,6 +12,11 @@ class UnetError(Exception):
     pass
 
 
+class UsageError(UnetError):
+    """Arguments that do not go together (or name nothing): said as argparse says its own,
+    `unet: error: ...`, exit 1, before anything starts."""
+
+
 class Stopped(UnetError):
     """What stopped a command part way (`cause`, raised from it): the command line reports
     the cause as if it had been raised itself. engine.RunFailed adds how far the run got."""

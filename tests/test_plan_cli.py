@@ -215,8 +215,9 @@ def test_every_format_carries_the_diagnostics_of_a_head_with_errors(
     """A tool asking for JSON gets a plan document, not text: `valid` false, the
     diagnostics, no change; Markdown (the PR comment) and GitHub annotations likewise."""
     _bad_head(repo)
-    for argv in (["plan", "--base", "HEAD", "--head", "bad"], ["plan", "--rev", "bad"]):
-        code, out, err = unet(capsys, *argv, "--format", fmt, "--manager", "ovn", str(repo))
+    for argv in (["plan", "--base", "HEAD", "--head", "bad"],
+                 ["plan", "--rev", "bad", "--manager", "ovn"]):  # --base reads no backend
+        code, out, err = unet(capsys, *argv, "--format", fmt, str(repo))
         assert code == 1 and "no plan" in err
         if fmt == "json":
             doc = json.loads(out)

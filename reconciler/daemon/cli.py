@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EXIT_OK, UnetError
+from ..errors import EXIT_OK, UnetError, UsageError
+from ..output import add_format
 from ..sources import DEFAULT_MAX_FILE_BYTES
 from .history import DEFAULT_STATE_DIR, HISTORY_FILE, read_history
 from .metrics import DEFAULT_METRICS_PORT, PORT_FILE
@@ -44,12 +45,14 @@ def add_parser(commands: Any) -> None:
                     "validation is never applied; the last good one is kept.")
     _source_arguments(parser)
     _daemon_arguments(parser)
-    parser.set_defaults(func=command)
+    add_format(parser, help="with --once: text (default), the plan and a summary for people, "
+                            "or json, the run's record; the daemon logs JSON lines")
+    parser.set_defaults(func=command, format=None)  # None: not given (the daemon refuses it)
     what = parser.add_subparsers(dest="reconcile_what", required=False, metavar="history",
                                  parser_class=type(parser))
     history = what.add_parser("history", help="the last runs: revision, counts, result")
     history.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR")
-    history.add_argument("--format", choices=("text", "json"), default="text")
+    add_format(history)
     history.add_argument("--limit", type=int, default=20, metavar="N",
                          help="show the last N runs (default 20; 0: all kept)")
     history.set_defaults(func=history_command)
@@ -60,14 +63,14 @@ def _source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", metavar="URL_OR_PATH",
                         help="Git repository to pull (cloned under the state dir); without "
                              "it, the folder --path as it is on disk")
-    parser.add_argument("--branch", default="main", help="branch to follow (default main)")
+    parser.add_argument("--branch", help="with --repo: the branch to follow (default main)")
     parser.add_argument("--path", type=Path, default=Path("."),
                         help="the network repo: a folder, or one inside --repo (default .)")
     parser.add_argument("--once", action="store_true",
                         help="one run, then exit (scheduled jobs); the default is a daemon")
-    parser.add_argument("--interval", type=parse_duration, default=300.0, metavar="DURATION",
+    parser.add_argument("--interval", type=parse_duration, metavar="DURATION",
                         help="time between runs of the daemon: 30s, 5m, 1h (default 5m)")
-    parser.add_argument("--jitter", type=float, default=0.1, metavar="FRACTION",
+    parser.add_argument("--jitter", type=float, metavar="FRACTION",
                         help="vary each interval randomly by up to this fraction (default "
                              "0.1), so that replicas do not run in step")
     parser.add_argument("--detailed-exitcode", action="store_true",
@@ -102,15 +105,14 @@ def _daemon_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"serve /metrics, /healthz, /readyz (daemon default "
                              f"{DEFAULT_METRICS_PORT}; 0: any free port, written to "
                              f"DIR/{PORT_FILE}; --once: only when given)")
-    parser.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDRESS",
+    parser.add_argument("--metrics-address", metavar="ADDRESS",
                         help="address to listen on (default 0.0.0.0: every IPv4 "
                              "address; :: for every IPv6 and IPv4 address)")
     parser.add_argument("--webhook-secret-env", metavar="NAME",
                         help="serve POST /hooks/git on the metrics port: a Git push webhook "
                              "signed with the secret in this environment variable makes the "
                              "daemon fetch at once (GitHub: content type application/json)")
-    parser.add_argument("--resync-interval", type=parse_duration, default=3600.0,
-                        metavar="DURATION",
+    parser.add_argument("--resync-interval", type=parse_duration, metavar="DURATION",
                         help="the daemon watches the backends and plans only what changed; "
                              "it plans everything at least this often (default 1h)")
     parser.add_argument("--no-watch", action="store_true",
@@ -124,24 +126,57 @@ def _daemon_arguments(parser: argparse.ArgumentParser) -> None:
 def options_of(args: argparse.Namespace) -> Options:
     from .loop import Options
 
-    return Options(path=args.path, repo=args.repo, branch=args.branch, managers=args.manager,
+    return Options(path=args.path, repo=args.repo, branch=args.branch or "main",
+                   managers=args.manager,
                    lock_timeout=args.lock_timeout, max_file_size=args.max_file_size,
                    state_dir=args.state_dir, workdir=Path.cwd(),
                    history_size=args.history_size, replicas=args.replicas and not args.once,
                    watch=not args.once and not args.no_watch,
-                   resync_interval=args.resync_interval, parse_cache=not args.no_cache,
+                   resync_interval=args.resync_interval or 3600.0,
+                   parse_cache=not args.no_cache,
                    regions=args.region)
 
 
 def command(args: argparse.Namespace) -> int:
     from .loop import Reconciler, Serving, once, serve
 
+    check_arguments(args)
     reconciler = Reconciler(options_of(args))
-    serving = Serving(args.metrics_address, args.metrics_port, args.interval, args.jitter,
+    serving = Serving(args.metrics_address or "0.0.0.0", args.metrics_port,
+                      args.interval or 300.0,
+                      0.1 if args.jitter is None else args.jitter,
                       _webhook_secret(args.webhook_secret_env))
     if args.once:
-        return once(reconciler, serving, args.detailed_exitcode)
+        return once(reconciler, serving, args.detailed_exitcode, args.format or "text")
     return serve(reconciler, serving)
+
+
+#: The daemon's own flags: a single run (--once) has no interval, peers or feeds.
+_DAEMON_ONLY = {"interval": "--interval", "jitter": "--jitter",
+                "resync_interval": "--resync-interval", "no_watch": "--no-watch",
+                "replicas": "--replicas", "webhook_secret_env": "--webhook-secret-env"}
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Flags that would be silently ignored are refused, before anything starts."""
+    if args.branch is not None and args.repo is None:
+        raise UsageError("--branch is the branch of --repo: without --repo, the folder "
+                         "--path is reconciled as it is on disk")
+    if args.once:
+        given = [flag for name, flag in _DAEMON_ONLY.items()
+                 if getattr(args, name) not in (None, False)]
+        if given:
+            raise UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} the "
+                             "daemon's: --once makes one run")
+        if args.metrics_address is not None and args.metrics_port is None:
+            raise UsageError("--metrics-address: a run of --once serves metrics only on "
+                             "--metrics-port; give it too")
+        return
+    if args.detailed_exitcode:
+        raise UsageError("--detailed-exitcode is the exit code of one run: give --once")
+    if args.format is not None:
+        raise UsageError("--format is for --once (and `reconcile history`): the daemon logs "
+                         "one JSON line per run on standard error")
 
 
 def history_command(args: argparse.Namespace) -> int:

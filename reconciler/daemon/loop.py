@@ -34,6 +34,7 @@ from ..diagnostics import Diagnostic
 from ..engine import Outcome, RunFailed, RunOptions, run_managers
 from ..errors import EXIT_OK, UnetError
 from ..plan import Plan
+from ..progress import working
 from ..shard import Shard
 from ..sources import DEFAULT_MAX_FILE_BYTES
 from ..state import state_folder
@@ -59,7 +60,7 @@ from .history import (
 )
 from .incremental import Incremental, Rescope, Scope
 from .metrics import DEFAULT_METRICS_PORT, Metrics
-from .report import exit_code, github_outputs, headline, log_line, markdown_report
+from .report import exit_code, github_outputs, log_line, markdown_report, summary
 from .watching import Watches
 
 STATE_FILE = "state.json"
@@ -406,28 +407,23 @@ class Serving:
     webhook_secret: bytes | None = None  # serve POST /hooks/git, signed with it
 
 
-def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> int:
-    """One run: its plan and headline on standard output, its JSON line on standard error,
-    the job summary and step outputs on GitHub."""
-    from ..plan_render import render_text
-    from ..report import use_colour
-
+def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool,
+         fmt: str = "text") -> int:
+    """One run. text: its plan and a summary on standard output, its JSON line on standard
+    error unless that is a terminal (logs keep it; people read the summary); json: the run's
+    record on standard output, alone. The job summary and step outputs on GitHub."""
     metrics, endpoints = Metrics(), None
     if serving.metrics_port is not None:
         endpoints = listen(metrics, serving.metrics_address, serving.metrics_port,
                            reconciler.state_dir)
     try:
-        run = reconciler.run_once()
+        with working():
+            run = reconciler.run_once()
         if endpoints is not None:
             metrics.observe(run)
             metrics.usage(reconciler.usage)
             endpoints.publish(metrics)
-        log_line(run)
-        if reconciler.last_plan_has_changes:  # the plan's JSON only then: seconds to build
-            plan = reconciler.last_plan
-            assert plan is not None
-            sys.stdout.write(render_text(plan, use_colour(sys.stdout)) + "\n")
-        print(headline(run))
+        _print_run(reconciler, run, fmt)
         if os.environ.get("GITHUB_STEP_SUMMARY"):
             with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as out:
                 out.write(markdown_report(run, reconciler.last_plan, reconciler.last_validation))
@@ -437,6 +433,23 @@ def once(reconciler: Reconciler, serving: Serving, detailed_exitcode: bool) -> i
     finally:
         if endpoints is not None:
             endpoints.close()
+
+
+def _print_run(reconciler: Reconciler, run: Run, fmt: str) -> None:
+    from ..plan_render import render_text
+    from ..report import use_colour
+
+    # The plan's JSON only when the run changed something: seconds to build.
+    plan = reconciler.last_plan if reconciler.last_plan_has_changes else None
+    if fmt == "json":
+        record = {"format_version": "1.0", **run.to_json(), "plan": plan}
+        sys.stdout.write(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        return
+    if not sys.stderr.isatty():
+        log_line(run)
+    if plan is not None:
+        sys.stdout.write(render_text(plan, use_colour(sys.stdout)) + "\n")
+    print("\n".join(summary(run)))
 
 
 def serve(reconciler: Reconciler, serving: Serving) -> int:

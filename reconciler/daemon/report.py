@@ -25,6 +25,21 @@ def headline(run: Run) -> str:
     return f"unet reconcile: {where}{short(run.revision)}: {run.result}: {run.message}"
 
 
+def summary(run: Run) -> list[str]:
+    """The run for people (`reconcile --once` on a terminal): the headline (its message
+    says what was applied), then what else was found, and how long it took."""
+    lines = [headline(run)]
+    if run.reconciled and run.reconciled != run.revision:
+        lines.append(f"  reconciled {short(run.reconciled)} (the last good revision)")
+    if run.errors:
+        lines.append(f"  {run.errors} errors in the revision: nothing of it was applied")
+    if run.drift:
+        lines.append(f"  drift: {run.drift} objects changed outside unet"
+                     + (f", {run.repaired} repaired" if run.repaired else ""))
+    lines.append(f"  took {run.duration:.1f} s")
+    return lines
+
+
 def markdown_report(run: Run, plan: dict[str, Any] | None, validation: Any = None,
                     limit: int = SUMMARY_LIMIT) -> str:
     """The job summary: the run first, then the plan found (cut to fit `limit` bytes)."""
