@@ -153,9 +153,9 @@ def render_text(document: dict[str, Any]) -> str:
              for m in document["manifests"]]
     counts = document["counts"]
     lines.append(f"\n{counts[READY]} ready, {counts[PENDING]} pending, {counts[FAILED]} "
-                 f"failed (revision {_short(document['revision'])})")
+                 f"failed ({_short(document['revision'])})")
     return "\n".join(lines) + "\n"
 
 
 def _short(revision: str | None) -> str:
-    return revision[:12] if revision else "the files on disk"
+    return f"revision {revision[:12]}" if revision else "the files on disk"
