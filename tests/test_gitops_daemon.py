@@ -212,6 +212,10 @@ def test_the_daemon_follows_the_branch(tmp_path: Path) -> None:
             assert run["reconciled"] == c2 and run["errors"] >= 1
             assert f"kept the last good revision {c2[:12]}" in run["message"]
             assert run["diagnostics"][0]["code"] == "SUBNET_OVERLAP"
+            # The run is in the history a moment before its metrics are published.
+            wait_until("the metrics of the refused run", lambda: metric(
+                metrics(port), "unet_reconcile_last_result",
+                unet_reconcile_last_result="invalid") == 1, proc, err)
             values = metrics(port)
             assert (metric(values, "unet_reconcile_runs_total", result="invalid") or 0) >= 1
             assert metric(values, "unet_reconcile_last_result",
