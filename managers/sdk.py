@@ -10,6 +10,7 @@ imports only from here keeps working while the core's modules move.
 
 from unet.reconciler.allocate import (
     Allocations,
+    adopted_key,
     derived_mac,
     external_key,
     ip_of_port,
@@ -108,6 +109,7 @@ __all__ = [
     "Traced",
     "UnetError",
     "Watch",
+    "adopted_key",
     "attachment_identity",
     "binding_key",
     "content_hash",

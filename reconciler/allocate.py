@@ -108,6 +108,14 @@ def router_gateway_key(tenant: str | None, vn: str, version: int = 4) -> str:
     return f"gateway/{tenant}/{vn}" + ("" if version == 4 else f"/ipv{version}")
 
 
+#: Prefix of the values an adopted row keeps: `adopted/Logical_Switch/acme/web/name`.
+ADOPTED = "adopted/"
+
+
+def adopted_key(row_key: str, column: str) -> str:
+    return f"{ADOPTED}{row_key}/{column}"
+
+
 def holder_of(key: str) -> str:
     """The resource an allocation key belongs to, as Kind/tenant/name (nothing secret)."""
     kind, _, rest = key.partition("/")
@@ -163,6 +171,15 @@ class _Allocator:
             self._subnet_addresses(segment)
         external = self._part(self._external_addresses, shared.external if shared else None)
         self.out.shared = Shared(segments, external)
+        self._adopted()
+
+    def _adopted(self) -> None:
+        """What a row had when it was adopted (`unet import`) and keeps, as a value it holds:
+        its name, a router port's MAC (`adopted/<row key>/<column>`). Nothing else holds
+        them, so they are kept as they are."""
+        for key in self.observed:
+            if key.startswith(ADOPTED):
+                self._keep(key, self.observed[key].value)
 
     def _part(self, allocate: Callable[[], None], known: Part | None) -> Part:
         """What `allocate` adds to the allocations (`known`: added as it is instead)."""
