@@ -1,0 +1,231 @@
+"""`unet import --manager ovn`: networks built by hand with ovn-nbctl, adopted in place.
+
+A real Northbound (ovsdb-server), ovn-northd and ovn-trace: the example repo is applied,
+then a tenant's network is built beside it with ovn-nbctl under names of its own (routers,
+switches, ports, MACs chosen by hand; the security groups in unet's shape), together with
+rows the API cannot express. `unet import` writes the manifests and refuses the rest row by
+row; `unet import --apply` only tags rows (no create, no delete), after which the next plan
+is empty and ovn-trace follows every probe packet exactly as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import EXAMPLE, copy_checkout, use_northbound
+from .support.ovnlab import OvnLab
+from .support.ovnrun import apply, assert_noop, plan, unet
+from .support.trace import Trace, trace
+
+TENANT = "legacy"
+PG = "unet.legacy.prod_router"  # the network's group, as unet names it (matches use it)
+WEB = f"{PG}.web"
+DEFAULT = f"{PG}.default"
+WEB1 = ("web1", "0a:00:00:00:02:01", "10.60.1.10")
+DB1 = ("db1", "0a:00:00:00:02:02", "10.60.2.10")
+GW_WEB = ("prod-router-web", "0a:00:00:00:01:01", "10.60.1.1")
+GW_DB = ("prod-router-db", "0a:00:00:00:01:02", "10.60.2.1")
+
+
+def _build_by_hand(lab: OvnLab) -> None:
+    """A two-subnet network as an operator would script it with ovn-nbctl (names and MACs
+    of their own), its ports filtered as unet filters them."""
+    nb = lab.nbctl
+    nb("lr-add", "prod-router")
+    for switch, (port, mac, gateway) in (("web-net", GW_WEB), ("db-net", GW_DB)):
+        nb("ls-add", switch)
+        nb("lrp-add", "prod-router", port, mac, f"{gateway}/24")
+        nb("lsp-add", switch, f"{switch}-router", "--", "lsp-set-type", f"{switch}-router",
+           "router", "--", "lsp-set-addresses", f"{switch}-router", "router", "--",
+           "lsp-set-options", f"{switch}-router", f"router-port={port}")
+    for switch, (name, mac, address) in (("web-net", WEB1), ("db-net", DB1)):
+        nb("lsp-add", switch, name, "--", "lsp-set-addresses", name, f"{mac} {address}",
+           "--", "lsp-set-port-security", name, f"{mac} {address}")
+    dhcp = nb("dhcp-options-create", "10.60.1.0/24").strip() or \
+        nb("--bare", "--columns=_uuid", "find", "DHCP_Options", "cidr=10.60.1.0/24").strip()
+    nb("dhcp-options-set-options", dhcp, "server_id=10.60.1.1",
+       f"server_mac={GW_WEB[1]}", "lease_time=43200", "mtu=1500", "router=10.60.1.1")
+    nb("lsp-set-dhcpv4-options", "web1", dhcp)
+    nb("pg-add", PG, "web1", "db1")
+    nb("pg-add", WEB, "web1")
+    nb("pg-add", DEFAULT, "db1")
+    acls = [
+        (PG, "from-lport", 1000, f"inport == @{PG} && ip", "drop"),
+        (PG, "to-lport", 1000, f"outport == @{PG} && ip", "drop"),
+        (PG, "from-lport", 1001, f"inport == @{PG} && udp && udp.src == 68 && udp.dst == 67",
+         "allow"),
+        (PG, "from-lport", 1001,
+         f"inport == @{PG} && udp && udp.src == 546 && udp.dst == 547", "allow"),
+        (PG, "from-lport", 1001, f"inport == @{PG} && (nd || nd_rs || nd_ra)", "allow"),
+        (PG, "to-lport", 1001, f"outport == @{PG} && (nd || nd_rs || nd_ra)", "allow"),
+        (DEFAULT, "to-lport", 1002,
+         f"outport == @{DEFAULT} && ip4 && ip4.src == ${DEFAULT}_ip4", "allow-related"),
+        (DEFAULT, "from-lport", 1002, f"inport == @{DEFAULT} && ip4", "allow-related"),
+        (WEB, "to-lport", 1002, f"outport == @{WEB} && ip4 && tcp.dst == 80", "allow-related"),
+        (WEB, "to-lport", 1002, f"outport == @{WEB} && ip4 && ip4.src == ${DEFAULT}_ip4",
+         "allow-related"),
+        (WEB, "from-lport", 1002, f"inport == @{WEB} && ip4", "allow-related"),
+    ]
+    for group, direction, priority, match, action in acls:
+        nb("--type=port-group", "acl-add", group, direction, str(priority), match, action)
+
+
+def _build_unexpressible(lab: OvnLab) -> None:
+    """Beside it, what the API cannot say, or what another installation owns."""
+    nb = lab.nbctl
+    nb("ls-add", "scratch")  # a switch on no router
+    nb("lsp-add", "scratch", "scratch-1")
+    nb("lr-add", "flat-router")  # a network without any filtering: unet always filters
+    nb("ls-add", "flat-net")
+    nb("lrp-add", "flat-router", "flat-gw", "0a:00:00:00:03:01", "10.70.1.1/24")
+    nb("lsp-add", "flat-net", "flat-net-router", "--", "lsp-set-type", "flat-net-router",
+       "router", "--", "lsp-set-addresses", "flat-net-router", "router", "--",
+       "lsp-set-options", "flat-net-router", "router-port=flat-gw")
+    nb("lsp-add", "flat-net", "flat-vm", "--", "lsp-set-addresses", "flat-vm",
+       "0a:00:00:00:03:02 10.70.1.10")
+    nb("ls-add", "theirs", "--", "set", "Logical_Switch", "theirs",
+       "external_ids:unet\\:installation=elsewhere", "external_ids:unet\\:key=x")
+
+
+def _probes(lab: OvnLab) -> dict[str, str]:
+    """ovn-trace's whole output for each probe: allowed and dropped, inside a subnet's
+    group and routed between subnets."""
+    lab.sync()
+    web, db = WEB1, DB1
+
+    def from_port(port: tuple[str, str, str], switch: str, eth_dst: str, dst: str,
+                  rest: str) -> Trace:
+        fields = {"inport": f'"{port[0]}"', "eth.src": port[1], "eth.dst": eth_dst,
+                  "ip4.src": port[2], "ip4.dst": dst, "ip.ttl": "64"}
+        return trace(lab, switch, fields, rest)
+
+    probes = {
+        "db1 → web1 tcp/80 (web admits 80)": from_port(db, "db-net", GW_DB[1], web[2],
+                                                       "tcp && tcp.dst == 80"),
+        "db1 → web1 tcp/22 (web admits default's members)": from_port(
+            db, "db-net", GW_DB[1], web[2], "tcp && tcp.dst == 22"),
+        "web1 → db1 tcp/5432 (default admits its members only)": from_port(
+            web, "web-net", GW_WEB[1], db[2], "tcp && tcp.dst == 5432"),
+        "web1 spoofing another source": from_port(
+            (web[0], web[1], "10.60.1.99"), "web-net", GW_WEB[1], db[2],
+            "tcp && tcp.dst == 80"),
+    }
+    allowed = {name: bool(result.ports) for name, result in probes.items()}
+    assert allowed == {"db1 → web1 tcp/80 (web admits 80)": True,
+                       "db1 → web1 tcp/22 (web admits default's members)": True,
+                       "web1 → db1 tcp/5432 (default admits its members only)": False,
+                       "web1 spoofing another source": False}
+    return {name: result.text for name, result in probes.items()}
+
+
+@pytest.fixture
+def hand_built(tmp_path: Path) -> Iterator[tuple[OvnLab, Path]]:
+    repo = copy_checkout(EXAMPLE, tmp_path / "repo")
+    with OvnLab(tmp_path / "ovn") as lab:
+        use_northbound(repo, lab.nb_remote)
+        (repo / "provider" / "tenants" / "legacy.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "network.osac.io/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": TENANT}, "spec": {"regions": ["region-b"]}}))
+        applied = apply(repo, repo)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        _build_by_hand(lab)
+        _build_unexpressible(lab)
+        yield lab, repo
+
+
+def _import(repo: Path, *extra: str) -> dict[str, Any]:
+    result = unet(repo, "import", str(repo), "--manager", "ovn", "--tenant", TENANT,
+                  "--format", "json", *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def _rows(lab: OvnLab) -> dict[str, list[str]]:
+    """Every row's UUID and columns but external_ids, per table: what adoption must not
+    change."""
+    out = {}
+    for table in ("Logical_Router", "Logical_Switch", "Logical_Router_Port",
+                  "Logical_Switch_Port", "Port_Group", "ACL", "DHCP_Options"):
+        listed = json.loads(lab.nbctl("--format=json", "list", table))
+        columns = listed["headings"]
+        out[table] = sorted(json.dumps({c: v for c, v in zip(columns, row, strict=True)
+                                        if c != "external_ids"}, sort_keys=True)
+                            for row in listed["data"])
+    return out
+
+
+def test_a_network_built_by_hand_is_adopted_in_place_and_traffic_is_unchanged(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    lab, repo = hand_built
+    before, rows_before = _probes(lab), _rows(lab)
+
+    imported = _import(repo)
+    network = {n["name"]: n for n in imported["networks"]}["prod-router"]
+    assert network["adopted"], network["reasons"]
+    assert imported["plan"]["create"] == imported["plan"]["delete"] == 0
+    written = list(yaml.safe_load_all((repo / network["file"]).read_text()))
+    kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in written)
+    assert kinds == ["ComputeInstance/db1", "ComputeInstance/web1", "SecurityGroup/web",
+                     "Subnet/db-net", "Subnet/web-net", "VirtualNetwork/prod-router"]
+    by_name = {d["metadata"]["name"]: d["spec"] for d in written}
+    assert by_name["web1"]["networkAttachments"] == [{"subnet": "web-net",
+                                                      "securityGroups": ["web"]}]
+    assert by_name["db-net"]["dhcp"] is False and "dhcp" not in by_name["web-net"]
+    assert all(d["metadata"]["annotations"] == {"network.osac.io/prevent-destroy": "true"}
+               for d in written)
+    assert _rows(lab) == rows_before, "import wrote to the Northbound"
+    # Merged before the rows are tagged, the manifests plan nothing over the hand's rows.
+    early = plan(repo, repo)
+    assert early.returncode == 1 and "already exists and is not managed by this " \
+        "installation" in early.stdout + early.stderr, early.stdout + early.stderr
+
+    adopted = _import(repo, "--apply")
+    assert adopted["applied"] and [n["name"] for n in adopted["networks"]
+                                   if n["adopted"]] == ["prod-router"]
+    assert len(adopted["networks"][0]["rows"]) == len(network["rows"]) == 24
+    assert _rows(lab) == rows_before, "adoption did more than tag rows"
+    tags = json.loads(lab.nbctl("--format=json", "--columns=external_ids", "find",
+                                "Logical_Switch_Port", "name=web1"))["data"][0][0][1]
+    assert dict(tags)["unet:owner"] == "ComputeInstance/legacy/web1"
+    assert dict(tags)["unet:alloc:ipv4/legacy/ComputeInstance/web1/0"] == "10.60.1.10"
+
+    assert_noop(repo, repo)
+    assert _probes(lab) == before
+
+    # Applied from a branch without the manifests, the adopted rows are not deleted.
+    imported_file = repo / network["file"]
+    text = imported_file.read_text()
+    imported_file.unlink()
+    pruned = plan(repo, repo)
+    assert pruned.returncode == 1 and "PREVENT_DESTROY" in pruned.stdout + pruned.stderr
+    imported_file.write_text(text)
+
+
+def test_what_the_api_cannot_express_is_refused_row_by_row_and_left_alone(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    lab, repo = hand_built
+    rows_before = _rows(lab)
+    imported = _import(repo)
+    networks = {n["name"]: n for n in imported["networks"]}
+    flat = networks["flat-router"]
+    assert not flat["adopted"]
+    assert any(f"would create Port_Group {'unet.legacy.flat_router'}" in r
+               for r in flat["reasons"]), flat["reasons"]
+    assert not (repo / flat["file"]).exists()
+    refused = dict((r["row"], r["reason"]) for r in imported["refused"])
+    assert "owned by installation elsewhere" in refused["Logical_Switch theirs"]
+    assert "no imported manifest describes it" in refused["Logical_Switch scratch"]
+    assert "its network flat-router is not adopted" in refused["Logical_Switch_Port flat-vm"]
+
+    adopted = _import(repo, "--apply")
+    assert not [n for n in adopted["networks"] if n["name"] == "flat-router"]
+    assert _rows(lab) == rows_before
+    owned = lab.nbctl("--bare", "--columns=name", "find", "Logical_Switch",
+                      "external_ids:unet\\:installation=example").split()
+    assert "flat-net" not in owned and "scratch" not in owned
