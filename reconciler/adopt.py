@@ -1,18 +1,19 @@
-"""`unet import`: adopt backend rows that no installation owns (Terraform's `import`, Argo
-CD's adoption), one VirtualNetwork at a time.
+"""`unet import`: adopt backend objects that no installation owns (Terraform's `import`,
+Argo CD's adoption), one VirtualNetwork at a time.
 
 Two steps, as docs/import.md tells users:
 
-- **import** (`adopt_networks(..., apply=False)`): read the rows, infer the manifests of
-  one tenant (managers/ovn/adopt.py), render them with the allocations the rows already
-  hold, and keep a network only when every row it renders is there already, equal but
-  for unet's tags, and it holds nothing the manifests do not describe. The manifests of
-  the networks kept are written to `tenants/<tenant>/imported/<network>.yaml`, for review.
-- **adopt** (`apply=True`), once they are merged: the repo as it is rendered and matched
-  the same way, and the matching rows given unet's tags in one transaction under the
-  installation's lock. Nothing is created or deleted; the next plan is empty.
+- **import** (`apply=False`): the manager's `Adopter` (contract.py) reads what no
+  installation owns and guesses the manifests of one tenant; they are rendered with the
+  allocations those objects hold already, and a network is kept only when every object it
+  renders is there, equal but for unet's tags, and holds nothing the manifests do not
+  describe. The manifests of the networks kept are written to
+  `tenants/<tenant>/imported/<network>.yaml`, for review. Nothing is written to the backend.
+- **adopt** (`apply=True`), once they are merged: under the backend's lock, the repo as it
+  is rendered and matched the same way, and the matching objects given unet's tags in one
+  transaction. Nothing is created or deleted; the next plan is empty.
 
-Everything else is refused, with a reason per row, and left as it is.
+Everything else is refused, with a reason per object, and left as it is.
 """
 
 from __future__ import annotations
@@ -24,27 +25,24 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from .desired import Desired, render_desired
-from .diff import Action, Change
+from .contract import Adopter, Adoption, ImportedNetwork, Manager, Refusal
+from .desired import render_desired
 from .errors import UnetError
 from .model import Model
 from .objects import BackendObject, Held, observed_allocations
-from .order import Step
 from .plugins import managers_of
 from .validate import Validation, validate_repo
 
-if TYPE_CHECKING:
-    from unet.managers.ovn.adopt import Matched, Network, Refusal, Rows
-    from unet.managers.ovn.manager import OvnSession
-
 #: Where the manifests of an imported network go, under the tenant's folder.
 IMPORTED = "imported"
-#: Attempts at a set of networks that validates: each drops the networks that do not.
+#: Attempts at a set of networks that renders exactly: each drops those that do not.
 _ROUNDS = 4
+
+Pairs = list[tuple[BackendObject, BackendObject]]  # (rendered, found)
 
 
 @dataclass
@@ -54,7 +52,7 @@ class NetworkReport:
     resources: list[str] = field(default_factory=list)
     rows: list[str] = field(default_factory=list)  # tagged (or to be)
     reasons: list[str] = field(default_factory=list)  # why it is not adopted
-    uuids: set[str] = field(default_factory=set)  # of the rows it matched
+    ids: set[str] = field(default_factory=set)  # of the objects it matched
 
     @property
     def adopted(self) -> bool:
@@ -72,7 +70,7 @@ class Report:
     region: str
     applied: bool
     networks: list[NetworkReport] = field(default_factory=list)
-    refused: list[tuple[str, str]] = field(default_factory=list)  # (row, reason)
+    refused: list[Refusal] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         tagged = sum(len(n.rows) for n in self.networks if n.adopted)
@@ -80,56 +78,56 @@ class Report:
                 "applied": self.applied,
                 "plan": {"tag": tagged, "create": 0, "update": 0, "delete": 0},
                 "networks": [n.to_json() for n in self.networks],
-                "refused": [{"row": row, "reason": reason} for row, reason in self.refused]}
+                "refused": [{"row": r.row, "reason": r.reason} for r in self.refused]}
+
+
+@dataclass
+class _Run:
+    """What both steps share: the manager, its adopter, and what is held already."""
+
+    manager: Manager
+    adopter: Adopter
+    tenant: str
+    held: dict[str, Held]
 
 
 def adopt_networks(repo: Path, head: Validation, manager: str, tenant: str,
                    region: str | None, apply: bool, lock_timeout: float = 60.0) -> Report:
-    """Import (write the manifests) or, with `apply`, adopt (tag the rows)."""
-    from unet.managers.ovn.adopt import infer, read_rows
-    from unet.managers.ovn.manager import OvnManager
-
+    """Import (write the manifests) or, with `apply`, adopt (tag the objects)."""
     assert head.context is not None
     model = Model(head.context)
     found = managers_of(model, [manager], resolve=True)[manager]
-    if not isinstance(found, OvnManager):
-        raise UnetError(f"unet import reads OVN managers only; NetworkManager {manager} is a "
-                        f"{found.name} manager")
+    if not found.adopts:
+        raise UnetError(f"NetworkManager {manager} (plugin {found.name}) cannot import: its "
+                        "backend has no adoption (the ovn plugin has)")
     if model.get("Tenant", None, tenant) is None:
         raise UnetError(f"no Tenant named {tenant}: the provider declares it first "
                         "(provider/tenants/)")
     chosen = _region(model, manager, tenant, region)
     with contextlib.ExitStack() as stack:
         session = stack.enter_context(found.connect(repo.resolve()))
-        assert isinstance(session, _session_type())
         if apply:  # read under the lock: what is tagged is what was read
             stack.enter_context(session.lock(lock_timeout, lambda _text: None))
         observation = session.observe()
-        ours = observed_allocations(observation.objects)
-        rows = read_rows(session.nb, model.installation)
-        networks = infer(rows, tenant, chosen)
-        held = {**ours, **_held(networks)}
-        if apply:
-            report = _adopt(head, session, manager, tenant, chosen, rows, held,
-                            observation.uuids)
-        else:
-            report = _import(repo, session, manager, tenant, chosen, rows, networks, held,
-                             observation.uuids)
-    report.refused = sorted({(r.row, r.reason) for r in _refusals(rows, networks, report)})
+        adopter = session.adopter(observation)
+        if adopter is None:
+            raise UnetError(f"NetworkManager {manager} (plugin {found.name}) cannot import: "
+                            "its backend has no adoption")
+        networks = adopter.networks(tenant, chosen)
+        held = {**observed_allocations(observation.objects),
+                **{key: value for n in networks for key, value in n.held.items()}}
+        run = _Run(found, adopter, tenant, held)
+        report = _adopt(run, head, manager, chosen) if apply else \
+            _import(run, repo, manager, chosen, networks)
+        report.refused = _refusals(adopter, networks, report)
     return report
-
-
-def _session_type() -> type[OvnSession]:
-    from unet.managers.ovn.manager import OvnSession
-
-    return OvnSession
 
 
 def _region(model: Model, manager: str, tenant: str, region: str | None) -> str:
     """The region the tenant's networks on `manager` are in: `region`, or the only one."""
-    spec = model.get("Tenant", None, tenant).obj.spec  # type: ignore[union-attr]
+    regions = model.get("Tenant", None, tenant).obj.spec.regions  # type: ignore[union-attr]
     served = model.manager(manager).obj.spec.regions  # type: ignore[union-attr]
-    possible = sorted(set(spec.regions) & set(served))
+    possible = sorted(set(regions) & set(served))
     if region is not None:
         if region not in possible:
             raise UnetError(f"region {region} is not one of tenant {tenant}'s regions that "
@@ -141,20 +139,15 @@ def _region(model: Model, manager: str, tenant: str, region: str | None) -> str:
     return str(possible[0])
 
 
-def _held(networks: list[Network]) -> dict[str, Held]:
-    return {key: Held(value, scope) for network in networks
-            for key, (value, scope) in network.held.items()}
-
-
 # --- import ---------------------------------------------------------------------------------
 
 
-def _import(repo: Path, session: OvnSession, manager: str, tenant: str, region: str,
-            rows: Rows, networks: list[Network], held: dict[str, Held],
-            ours: dict[str, tuple[str, str]]) -> Report:
-    report = Report(manager, tenant, region, applied=False)
-    reports = {n.name: NetworkReport(n.name, _file(tenant, n.name),
-                                     [f"{m['kind']}/{tenant}/{m['metadata']['name']}"
+def _import(run: _Run, repo: Path, manager: str, region: str,
+            networks: list[ImportedNetwork]) -> Report:
+    """Keep the networks whose manifests validate and render exactly what is there; write
+    their files."""
+    reports = {n.name: NetworkReport(n.name, _file(run.tenant, n.name),
+                                     [f"{m['kind']}/{run.tenant}/{m['metadata']['name']}"
                                       for m in n.manifests],
                                      reasons=[f"{r.row}: {r.reason}" for r in n.refused
                                               if not n.manifests])
@@ -163,13 +156,16 @@ def _import(repo: Path, session: OvnSession, manager: str, tenant: str, region: 
     for _round in range(_ROUNDS):
         if not candidates:
             break
-        with _with_manifests(repo, tenant, candidates) as copy:
+        with _with_manifests(repo, run.tenant, candidates) as copy:
             validation = validate_repo(copy)
-        failed = _invalid(validation, tenant, candidates)
+        failed = _invalid(validation, run.tenant, candidates)
         if not failed:
-            desired = render_desired(validation, held)
-            failed = _unmatched(desired, tenant, rows, session, manager, ours, reports,
-                                {n.name for n in candidates})
+            verdict = _verify(run, validation, {n.name for n in candidates})
+            for name in verdict.pairs:
+                reports[name].rows = _shown(run, verdict.pairs[name])
+                reports[name].ids = {verdict.adoption.ids[have.key]
+                                     for _want, have in verdict.pairs[name]}
+            failed = verdict.reasons
         for name, reasons in failed.items():
             reports[name].reasons += reasons
         candidates = [n for n in candidates if n.name not in failed]
@@ -177,12 +173,12 @@ def _import(repo: Path, session: OvnSession, manager: str, tenant: str, region: 
             break
     for network in candidates:
         _write(repo, reports[network.name], network)
-    report.networks = [reports[n.name] for n in networks]
-    return report
+    return Report(manager, run.tenant, region, applied=False,
+                  networks=[reports[n.name] for n in networks])
 
 
 @contextlib.contextmanager
-def _with_manifests(repo: Path, tenant: str, networks: list[Network]) -> Iterator[Path]:
+def _with_manifests(repo: Path, tenant: str, networks: list[ImportedNetwork]) -> Iterator[Path]:
     """A copy of the repo's manifests with the networks' files added."""
     with tempfile.TemporaryDirectory(prefix="unet-import-") as scratch:
         copy = Path(scratch) / "repo"
@@ -199,14 +195,14 @@ def _file(tenant: str, network: str) -> str:
     return f"tenants/{tenant}/{IMPORTED}/{network}.yaml"
 
 
-def _yaml(network: Network) -> str:
-    head = (f"# Network {network.name}, imported by `unet import` from Northbound rows no "
+def _yaml(network: ImportedNetwork) -> str:
+    head = (f"# Network {network.name}, imported by `unet import` from backend rows no "
             "installation owns:\n# review, merge, then run `unet import --apply` "
             "(docs/import.md).\n")
     return head + str(yaml.safe_dump_all(network.manifests, sort_keys=False))
 
 
-def _invalid(validation: Validation, tenant: str, networks: list[Network]
+def _invalid(validation: Validation, tenant: str, networks: list[ImportedNetwork]
              ) -> dict[str, list[str]]:
     """The networks whose manifests do not validate, with the diagnostics; an error in
     another file (a quota, say) refuses them all."""
@@ -222,7 +218,7 @@ def _invalid(validation: Validation, tenant: str, networks: list[Network]
     return out
 
 
-def _write(repo: Path, report: NetworkReport, network: Network) -> None:
+def _write(repo: Path, report: NetworkReport, network: ImportedNetwork) -> None:
     target = repo / report.file
     text = _yaml(network)
     if target.exists() and target.read_text() != text:
@@ -238,14 +234,10 @@ def _write(repo: Path, report: NetworkReport, network: Network) -> None:
 
 def _units(model: Model, tenant: str) -> dict[str, str]:
     """Owner → the VirtualNetwork it belongs to, of the tenant's resources on networks."""
-    out = {}
-    for vn in model.kind("VirtualNetwork"):
-        if vn.tenant == tenant:
-            out[vn.ref] = vn.name
+    out = {vn.ref: vn.name for vn in model.kind("VirtualNetwork") if vn.tenant == tenant}
     for kind in ("Subnet", "SecurityGroup"):
-        for found in model.kind(kind):
-            if found.tenant == tenant:
-                out[found.ref] = found.obj.spec.virtual_network
+        out.update((found.ref, found.obj.spec.virtual_network) for found in model.kind(kind)
+                   if found.tenant == tenant)
     for workload in model.workloads:
         network = model.network_of_workload(workload)
         if workload.tenant == tenant and network is not None:
@@ -256,46 +248,45 @@ def _units(model: Model, tenant: str) -> dict[str, str]:
 @dataclass
 class _Verdict:
     reasons: dict[str, list[str]]  # network → why not
-    pairs: dict[str, list[tuple[BackendObject, BackendObject]]]  # network → (want, have)
-    matched: Matched
+    pairs: dict[str, Pairs]  # network → (rendered, found)
+    adoption: Adoption
 
 
-def _verify(desired: Desired, tenant: str, rows: Rows, session: OvnSession, manager: str,
-            ours: dict[str, tuple[str, str]], names: set[str]) -> _Verdict:
-    """Per network: the rendered rows paired with the unowned rows they stand for, and what
-    stops its adoption (a row to create, a field that differs, a row held that nothing
-    renders)."""
-    from unet.managers.ovn.adopt import match
-    from unet.managers.ovn.reading import describe
-
-    unit_of = _units(desired.model, tenant)
+def _verify(run: _Run, validation: Validation, names: set[str]) -> _Verdict:
+    """Per network: the rendered objects paired with the unowned objects they stand for, and
+    what stops its adoption (an object to create, a field that differs, an object held that
+    nothing renders)."""
+    desired = render_desired(validation, run.held)
+    unit_of = _units(desired.model, run.tenant)
     wanted = [o for o in desired.objects if unit_of.get(o.owner) in names]
-    matched = match([o for o in wanted if o.manager == manager], rows, session.nb, manager,
-                    ours)
+    mine = [o for o in wanted if o.manager == run.manager.manager]
+    adoption = run.adopter.match(mine)
+    describe = run.manager.describe
     reasons: dict[str, list[str]] = {}
-    pairs: dict[str, list[tuple[BackendObject, BackendObject]]] = {}
-    absent = {o.key for o in wanted if o.manager != manager or o.key not in matched.objects}
+    pairs: dict[str, Pairs] = {}
+    absent = {o.key for o in wanted if o not in mine or o.key not in adoption.objects}
     for obj in wanted:
         unit = unit_of[obj.owner]
-        have = matched.objects.get(obj.key) if obj.manager == manager else None
+        have = adoption.objects.get(obj.key) if obj in mine else None
         if have is None:
             if obj.parent is None or obj.parent[0] not in absent:  # children: with it
-                reasons.setdefault(unit, []).append(_created(obj, wanted, manager, describe))
+                reasons.setdefault(unit, []).append(_created(obj, wanted, obj in mine,
+                                                             describe))
             continue
         pairs.setdefault(unit, []).append((obj, have))
         reasons.setdefault(unit, []).extend(_differences(obj, have, describe(have)))
-    owners = {o.key: unit_of[o.owner] for o in wanted if o.manager == manager}
-    for parent, child in matched.extra:
+    owners = {o.key: unit_of[o.owner] for o in mine}
+    for parent, child in adoption.extra:
         reasons.setdefault(owners[parent], []).append(
-            f"{describe(matched.objects[parent])} holds {child}, which the manifests do not "
+            f"{describe(adoption.objects[parent])} holds {child}, which the manifests do not "
             "describe")
-    return _Verdict({u: r for u, r in reasons.items() if r}, pairs, matched)
+    return _Verdict({u: r for u, r in reasons.items() if r}, pairs, adoption)
 
 
-def _created(obj: BackendObject, wanted: list[BackendObject], manager: str,
+def _created(obj: BackendObject, wanted: list[BackendObject], here: bool,
              describe: Callable[[BackendObject], str]) -> str:
-    """A row the manifests render that is not there, with the rows inside it."""
-    if obj.manager != manager:
+    """An object the manifests render that is not there, with the objects inside it."""
+    if not here:
         return f"would create {obj.table} {obj.key} on {obj.manager} (for {obj.owner})"
     inside = Counter(o.table for o in wanted if o.parent is not None and o.parent[0] == obj.key)
     holding = f" with {', '.join(f'{n} {t}' for t, n in sorted(inside.items()))}" \
@@ -307,84 +298,60 @@ def _differences(want: BackendObject, have: BackendObject, shown: str) -> list[s
     """What adopting `have` as `want` would change besides unet's tags, in words."""
     out = [f"{shown}: {column} is {have.fields.get(column)!r}, the manifests give {value!r}"
            for column, value in want.fields.items() if have.fields.get(column) != value]
+    columns = sorted(set(have.refs) | set(want.refs))
     out += [f"{shown}: {column} refers to {list(have.refs.get(column, ()))}, the manifests "
-            f"give {list(keys)}" for column, keys in
-            sorted({**{c: () for c in have.refs}, **want.refs}.items())
-            if tuple(have.refs.get(column, ())) != tuple(keys)]
+            f"give {list(want.refs.get(column, ()))}" for column in columns
+            if tuple(have.refs.get(column, ())) != tuple(want.refs.get(column, ()))]
     if have.parent != want.parent:
         out.append(f"{shown}: is in {have.parent}, the manifests put it in {want.parent}")
     return out
 
 
-def _unmatched(desired: Desired, tenant: str, rows: Rows, session: OvnSession, manager: str,
-               ours: dict[str, tuple[str, str]], reports: dict[str, NetworkReport],
-               names: set[str]) -> dict[str, list[str]]:
-    """The networks that cannot be adopted as imported, with why; the others' reports get
-    the rows they tag."""
-    verdict = _verify(desired, tenant, rows, session, manager, ours, names)
-    for name in names:
-        found = verdict.pairs.get(name, [])
-        reports[name].rows = sorted(_label(have) for _want, have in found)
-        reports[name].uuids = {verdict.matched.uuids[have.key][1] for _want, have in found}
-    return verdict.reasons
-
-
-def _label(obj: BackendObject) -> str:
-    from unet.managers.ovn.reading import describe
-
-    return describe(obj)
+def _shown(run: _Run, pairs: Pairs) -> list[str]:
+    return sorted(run.manager.describe(have) for _want, have in pairs)
 
 
 # --- adopt ----------------------------------------------------------------------------------
 
 
-def _adopt(head: Validation, session: OvnSession, manager: str, tenant: str, region: str,
-           rows: Rows, held: dict[str, Held], ours: dict[str, tuple[str, str]]) -> Report:
-    """Tag the unowned rows that the repo's networks of `tenant` render exactly, a network
-    at a time; networks none of whose rows are unowned are not adoption's business."""
-    report = Report(manager, tenant, region, applied=True)
-    desired = render_desired(head, held)
-    names = set(_units(desired.model, tenant).values())
-    verdict = _verify(desired, tenant, rows, session, manager, ours, names)
-    changes: dict[str, Change] = {}
+def _adopt(run: _Run, head: Validation, manager: str, region: str) -> Report:
+    """Tag the unowned objects that the repo's networks of the tenant render exactly, a
+    network at a time; networks none of whose objects are unowned are not adoption's
+    business (unet's already, or not built yet)."""
+    report = Report(manager, run.tenant, region, applied=True)
+    assert head.context is not None
+    names = set(_units(Model(head.context), run.tenant).values())
+    verdict = _verify(run, head, names)
+    tagged: Pairs = []
     for name in sorted(verdict.pairs):
         found = verdict.pairs[name]
-        network = NetworkReport(name, _file(tenant, name),
+        network = NetworkReport(name, _file(run.tenant, name),
                                 sorted({want.owner for want, _have in found}),
-                                sorted(_label(have) for _want, have in found),
-                                verdict.reasons.get(name, []))
-        network.uuids = {verdict.matched.uuids[have.key][1] for _want, have in found}
+                                _shown(run, found), verdict.reasons.get(name, []),
+                                {verdict.adoption.ids[have.key] for _want, have in found})
         report.networks.append(network)
         if network.adopted:
-            changes.update((want.uid, Change(want.uid, have, want, Action.UPDATE, "adopted"))
-                           for want, have in found)
-    if changes:
-        steps = [Step(Action.UPDATE, uid) for uid in sorted(changes)]
-        session.nb.apply({**ours, **verdict.matched.uuids}, [steps], changes,
-                         session.installation, lambda _i, _n, _s: lambda _d, _t: None)
+            tagged += found
+    if tagged:
+        run.adopter.tag(tagged)
     return report
 
 
-def _refusals(rows: Rows, networks: list[Network], report: Report) -> Iterator[Refusal]:
-    """Every unowned row that stays as it is, with why."""
-    from unet.managers.ovn.adopt import Refusal
-
-    yield from rows.refused
-    said = set()
-    for network in networks:
-        for refusal in network.refused:
-            said.add(refusal.row)
-            yield refusal
-    adopted = {uuid for n in report.networks if n.adopted for uuid in n.uuids}
-    refused = {uuid: n.name for n in report.networks if not n.adopted for uuid in n.uuids}
-    for found in rows.free.values():
-        for uuid in found:
-            shown = rows.label(uuid)
-            if uuid in adopted or shown in said:
-                continue
-            if uuid in refused:
-                yield Refusal(shown, f"its network {refused[uuid]} is not adopted (its "
-                              "reasons are above)", refused[uuid])
-            else:
-                yield Refusal(shown, "no imported manifest describes it (unet reads routers, "
-                              "their switches, plain ports, port groups and DHCP options)")
+def _refusals(adopter: Adopter, networks: list[ImportedNetwork], report: Report
+              ) -> list[Refusal]:
+    """Every unowned object that stays as it is, with why."""
+    out = [*adopter.refused(), *(r for n in networks for r in n.refused)]
+    said = {r.row for r in out}
+    adopted = {i for n in report.networks if n.adopted for i in n.ids}
+    refused = {i: n.name for n in report.networks if not n.adopted for i in n.ids}
+    for found, shown in adopter.unowned().items():
+        if found in adopted or shown in said:
+            continue
+        if found in refused:
+            out.append(Refusal(shown, f"its network {refused[found]} is not adopted (its "
+                                      "reasons are above)"))
+        else:
+            out.append(Refusal(shown, "no imported manifest describes it (unet reads routers, "
+                                      "their switches, plain ports, port groups and DHCP "
+                                      "options)"))
+    return sorted(set(out), key=lambda r: (r.row, r.reason))

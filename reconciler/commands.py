@@ -474,8 +474,8 @@ def import_rows(args: argparse.Namespace) -> int:
                 print(f"  ! {reason}")
     if report.refused:
         print("left as they are:")
-        for row, reason in report.refused:
-            print(f"  - {row}: {reason}")
+        for refusal in report.refused:
+            print(f"  - {refusal.row}: {refusal.reason}")
     adopted = [n for n in report.networks if n.adopted]
     if not adopted:
         print("nothing to adopt")

@@ -229,3 +229,20 @@ def test_what_the_api_cannot_express_is_refused_row_by_row_and_left_alone(
     owned = lab.nbctl("--bare", "--columns=name", "find", "Logical_Switch",
                       "external_ids:unet\\:installation=example").split()
     assert "flat-net" not in owned and "scratch" not in owned
+
+
+def test_import_names_what_is_wrong_with_its_arguments_and_reads_nothing(
+        example_copy: Path) -> None:
+    cases = {("--manager", "kubernetes", "--tenant", "globex"):
+             "NetworkManager kubernetes (plugin kubernetes) cannot import",
+             ("--manager", "ovn", "--tenant", "nobody"): "no Tenant named nobody",
+             ("--manager", "ovn", "--tenant", "initech"):
+             "tenant initech has 2 regions that ovn serves (region-a, region-b): name one "
+             "with --region",
+             ("--manager", "ovn", "--tenant", "globex", "--region", "region-a"):
+             "region region-a is not one of tenant globex's regions that ovn serves",
+             ("--manager", "nope", "--tenant", "globex"): "no NetworkManager named nope"}
+    for args, said in cases.items():
+        result = unet(example_copy, "import", str(example_copy), *args)
+        assert result.returncode == 1 and said in result.stderr, (args, result.stderr)
+    assert not (example_copy / ".unet").exists()

@@ -1,30 +1,43 @@
 """Adoption (`unet import --manager ovn`): Northbound rows that no installation owns, read
-back as the manifests that describe them, and matched with the rows those manifests render.
-
-Three steps, each a function here; the reconciler's `adopt.py` runs them:
+back as the manifests that describe them, and matched with the rows those manifests render
+(the `Adopter` of an OVN session; reconciler/adopt.py runs it).
 
 - `read_rows`: every row of the tables unet writes, with the columns unet reads; rows an
   installation's tag claims are set apart (another installation's are never adopted).
 - `infer`: the manifests of one tenant, a VirtualNetwork per Logical_Router, a Subnet per
   router port and its switch, a ComputeInstance per plain port, a SecurityGroup per port
-  group of a network, and the allocations the rows already hold (addresses, MACs), so
-  that nothing moves. Inference guesses; it is never trusted alone:
+  group of a network, and what the rows hold already, so that nothing moves: addresses
+  and MACs, and the names and router MACs chosen by hand (kept as `adopted/…` values).
+  Inference guesses; it is never trusted alone:
 - `match`: the rows the inferred (or reviewed) manifests render, paired with the unowned
-  rows: by name, or, for rows without one, by parent and content. What differs, what
-  would be created and what a matched row holds that nothing renders is said per row;
-  the reconciler adopts a network only when nothing is.
+  rows: by name, or, for rows without one, by parent and content. The reconciler adopts a
+  network only when every row it renders is there, equal but for unet's tags, and holds
+  nothing else.
+- `tag`: the pairs, as updates of their tags alone, in one transaction.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import netaddr
 
-from unet.managers.sdk import TAG_INSTALLATION, BackendObject, adopted_key
+from unet.managers.sdk import (
+    TAG_INSTALLATION,
+    Action,
+    Adopter,
+    Adoption,
+    BackendObject,
+    Change,
+    Held,
+    ImportedNetwork,
+    Refusal,
+    Step,
+    adopted_key,
+)
 
 from .codec import Row, atoms, compact_row, tag, to_object, uuid_of
 from .northbound import Northbound
@@ -37,15 +50,6 @@ _UNNAMED = {"ACL": ("direction", "priority", "match", "action"),
             "NAT": ("type", "external_ip", "logical_ip"),
             "Logical_Router_Static_Route": ("ip_prefix", "nexthop"),
             "DHCP_Options": ("cidr", "options")}
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A row left as it is, and why."""
-
-    row: str  # how people know it: `Logical_Switch_Port sw0-vm1`
-    reason: str
-    network: str | None = None  # the VirtualNetwork it would have belonged to
 
 
 @dataclass
@@ -100,21 +104,11 @@ def read_rows(nb: Northbound, installation: str) -> Rows:
 # --- inference --------------------------------------------------------------------------------
 
 
-@dataclass
-class Network:
-    """What one Logical_Router and the rows around it infer: its manifests, the allocations
-    its rows hold, and what of it cannot be said in manifests."""
-
-    name: str
-    router: str  # UUID
-    manifests: list[dict[str, Any]] = field(default_factory=list)
-    held: dict[str, tuple[str, str | None]] = field(default_factory=dict)  # key → (value, scope)
-
-    def keep(self, row_key: str, column: str, value: str, unets: str | None = None) -> None:
-        """A value the row keeps once adopted (its name, unless unet's, `unets`)."""
-        if value != unets:
-            self.held[adopted_key(row_key, column)] = (value, None)
-    refused: list[Refusal] = field(default_factory=list)
+def _keep(network: ImportedNetwork, row_key: str, column: str, value: str,
+          unets: str | None = None) -> None:
+    """A value the row keeps once adopted (its name, unless it is unet's own, `unets`)."""
+    if value != unets:
+        network.held[adopted_key(row_key, column)] = Held(value)
 
 
 def label(name: str, prefix: str = "") -> str:
@@ -124,7 +118,7 @@ def label(name: str, prefix: str = "") -> str:
     return text[:63].strip("-")
 
 
-def infer(rows: Rows, tenant: str, region: str) -> list[Network]:
+def infer(rows: Rows, tenant: str, region: str) -> list[ImportedNetwork]:
     """The networks of the unowned routers, as manifests of `tenant` in `region`."""
     inferring = _Inference(rows, tenant, region)
     return [inferring.network(uuid, row)
@@ -152,11 +146,11 @@ class _Inference:
             for port in atoms(row["ports"]):
                 self.groups_of.setdefault(port, []).append(str(row["name"]))
 
-    def network(self, uuid: str, router: Row) -> Network:
+    def network(self, uuid: str, router: Row) -> ImportedNetwork:
         name = label(str(router["name"]), self.prefix)
-        found = Network(name, uuid)
-        found.keep(f"Logical_Router/{self.tenant}/{name}", "name", str(router["name"]),
-                   f"unet.{self.tenant}.{name}")
+        found = ImportedNetwork(name)
+        _keep(found, f"Logical_Router/{self.tenant}/{name}", "name", str(router["name"]),
+              f"unet.{self.tenant}.{name}")
         cidrs: dict[int, list[netaddr.IPNetwork]] = {}
         subnets, workloads = [], []
         for port in atoms(router["ports"]):
@@ -173,13 +167,13 @@ class _Inference:
             spec["ipv4Cidr" if version == 4 else "ipv6Cidr"] = str(whole)
         if not cidrs:
             found.refused.append(Refusal(f"Logical_Router {router['name']}", "no router port "
-                                         "on a switch: a VirtualNetwork needs a subnet", name))
+                                         "on a switch: a VirtualNetwork needs a subnet"))
             return found
         found.manifests = [_manifest("VirtualNetwork", name, spec), *subnets,
                            *self._groups(name, set(cidrs)), *workloads]
         return found
 
-    def _subnet(self, network: Network, port: str
+    def _subnet(self, network: ImportedNetwork, port: str
                 ) -> tuple[dict[str, Any], list[netaddr.IPNetwork], list[dict[str, Any]]] | None:
         lrp = self.rows.get("Logical_Router_Port", port)
         if lrp is None:
@@ -187,7 +181,7 @@ class _Inference:
         peer = self.peers.get(str(lrp["name"]))
         if peer is None:
             network.refused.append(Refusal(f"Logical_Router_Port {lrp['name']}",
-                                           "on no switch unet could adopt", network.name))
+                                           "on no switch unet could adopt"))
             return None
         switch = self.rows.free["Logical_Switch"][peer[0]]
         ports = [p for p in (self.rows.get("Logical_Switch_Port", u)
@@ -196,18 +190,25 @@ class _Inference:
             network.refused.append(Refusal(
                 f"Logical_Router_Port {lrp['name']}", "its switch reaches a physical network "
                 "(a localnet port): a gateway to the outside, which adoption does not read yet "
-                "(NATGateway, ExternalIP)", network.name))
+                "(NATGateway, ExternalIP)"))
+            return None
+        try:
+            nets = [netaddr.IPNetwork(n) for n in atoms(lrp["networks"])]
+        except (netaddr.AddrFormatError, ValueError):
+            network.refused.append(Refusal(f"Logical_Router_Port {lrp['name']}",
+                                           f"networks {atoms(lrp['networks'])} are not "
+                                           "addresses with prefixes"))
             return None
         name = label(str(switch["name"]), self.prefix)
         t = self.tenant
-        network.keep(f"Logical_Switch/{t}/{name}", "name", str(switch["name"]), f"unet.{t}.{name}")
-        network.keep(f"Logical_Router_Port/{t}/{name}", "name", str(lrp["name"]),
-                     f"unet.{t}.{name}.gw")
-        network.keep(f"Logical_Router_Port/{t}/{name}", "mac", str(lrp["mac"]))
+        _keep(network, f"Logical_Switch/{t}/{name}", "name", str(switch["name"]),
+              f"unet.{t}.{name}")
+        _keep(network, f"Logical_Router_Port/{t}/{name}", "name", str(lrp["name"]),
+              f"unet.{t}.{name}.gw")
+        _keep(network, f"Logical_Router_Port/{t}/{name}", "mac", str(lrp["mac"]))
         peer_name = str(self.rows.free["Logical_Switch_Port"][peer[1]]["name"])
-        network.keep(f"Logical_Switch_Port/{t}/{name}/router", "name", peer_name,
-                     f"unet.{t}.{name}.router")
-        nets = [netaddr.IPNetwork(n) for n in atoms(lrp["networks"])]
+        _keep(network, f"Logical_Switch_Port/{t}/{name}/router", "name", peer_name,
+              f"unet.{t}.{name}.router")
         spec: dict[str, Any] = {"virtualNetwork": network.name}
         for net in nets:
             cidr = net.cidr
@@ -242,31 +243,32 @@ class _Inference:
             spec["domainName"] = options["domain_name"].strip('"')
         return spec
 
-    def _workload(self, network: Network, subnet: str, uuid: str) -> dict[str, Any] | None:
+    def _workload(self, network: ImportedNetwork, subnet: str, uuid: str
+                  ) -> dict[str, Any] | None:
         lsp = self.rows.get("Logical_Switch_Port", uuid)
         if lsp is None or lsp["type"] != "":
             return None
         shown = f"Logical_Switch_Port {lsp['name']}"
         entries = atoms(lsp["addresses"])
         parts = str(entries[0]).split() if len(entries) == 1 else []
-        if not parts or not netaddr.valid_mac(parts[0]) or len(parts) > 3:
+        if not parts or not netaddr.valid_mac(parts[0]) or len(parts) > 3 \
+                or not all(netaddr.valid_ipv4(a) or netaddr.valid_ipv6(a) for a in parts[1:]):
             network.refused.append(Refusal(shown, f"addresses {entries or '[]'}: a workload "
                                            "port has one MAC and at most one fixed address "
-                                           "per family", network.name))
+                                           "per family"))
             return None
         name = _workload_name(str(lsp["name"]), self.prefix)
         if not name:
-            network.refused.append(Refusal(shown, "its name gives no workload name",
-                                           network.name))
+            network.refused.append(Refusal(shown, "its name gives no workload name"))
             return None
         port = f"{self.tenant}/ComputeInstance/{name}/0"
         scope = f"Subnet/{self.tenant}/{subnet}"
-        network.keep(f"Logical_Switch_Port/{port}", "name", str(lsp["name"]),
-                     f"unet.{self.tenant}.vm.{name}.0")
-        network.held[f"mac/{port}"] = (parts[0], scope)
+        _keep(network, f"Logical_Switch_Port/{port}", "name", str(lsp["name"]),
+              f"unet.{self.tenant}.vm.{name}.0")
+        network.held[f"mac/{port}"] = Held(parts[0], scope)
         for address in parts[1:]:
             version = netaddr.IPAddress(address).version
-            network.held[f"ipv{version}/{port}"] = (address, scope)
+            network.held[f"ipv{version}/{port}"] = Held(address, scope)
         attachment: dict[str, Any] = {"subnet": subnet}
         groups = sorted(label(g, f"unet.{self.tenant}.{network.name}.".replace("-", "_"))
                         for g in self.groups_of.get(uuid, ())
@@ -343,8 +345,11 @@ def _rule(acl: Row, prefix: str) -> tuple[str, dict[str, Any]] | None:
     elif remote.startswith("$"):
         return None
     else:
-        rule["cidr"] = str(netaddr.IPNetwork(remote).cidr) if "/" in remote else \
-            f"{remote}/{32 if found['family'] == 'ip4' else 128}"
+        try:
+            rule["cidr"] = str(netaddr.IPNetwork(remote).cidr) if "/" in remote else \
+                f"{netaddr.IPAddress(remote)}/{32 if found['family'] == 'ip4' else 128}"
+        except (netaddr.AddrFormatError, ValueError):
+            return None  # a set of addresses: no rule of the API
     return ("ingress" if found["port"] == "outport" else "egress"), rule
 
 
@@ -390,49 +395,67 @@ def _braced(text: str) -> list[str]:
 # --- matching ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Matched:
-    """The unowned rows that rendered rows stand for, as the objects they are now (keyed as
-    unet would key them), and what did not match."""
+class OvnAdopter(Adopter):
+    """The unowned rows of one Northbound, read once (`ours`: key → (table, UUID) of the
+    installation's rows, for references to them)."""
 
-    objects: dict[str, BackendObject]  # key → the row as it is
-    uuids: dict[str, tuple[str, str]]  # key → (table, UUID)
-    missing: list[BackendObject]  # rendered, with no row to adopt
-    extra: list[tuple[str, str]]  # (parent key, the unrendered child it holds)
+    def __init__(self, nb: Northbound, installation: str, manager: str,
+                 ours: dict[str, tuple[str, str]]) -> None:
+        self.nb = nb
+        self.installation = installation
+        self.manager = manager
+        self.ours = ours
+        self.rows = read_rows(nb, installation)
+        self.uuids: dict[str, tuple[str, str]] = {}  # key → (table, UUID) of matched rows
 
+    def networks(self, tenant: str, region: str) -> list[ImportedNetwork]:
+        return infer(self.rows, tenant, region)
 
-def match(desired: Iterable[BackendObject], rows: Rows, nb: Northbound, manager: str,
-          ours: dict[str, tuple[str, str]]) -> Matched:
-    """Pair rendered rows with unowned ones: named rows by name, the others by parent and
-    content (`ours`: key → (table, UUID) of the installation's rows, for references)."""
-    wanted = sorted(desired, key=lambda obj: (obj.parent is not None, obj.key))
-    by_name = {(table, str(row["name"])): uuid for table, found in rows.free.items()
-               for uuid, row in found.items() if isinstance(row.get("name"), str)}
-    key_of = {uuid: key for key, (_table, uuid) in ours.items()}
-    taken: dict[str, str] = {}  # UUID → key
-    missing = []
-    for obj in wanted:
-        uuid = _find(obj, rows, by_name, taken)
-        if uuid is None:
-            missing.append(obj)
-        else:
-            taken[uuid] = obj.key
-    key_of.update(taken)
-    parent_of = {child: (key_of[uuid], column)
-                 for table, columns in PARENT_COLUMNS.items()
-                 for uuid, row in rows.free[table].items() if uuid in taken
-                 for column in columns for child in atoms(row[column])}
-    objects, uuids, extra = {}, {}, []
-    for uuid, key in sorted(taken.items(), key=lambda item: item[1]):
-        table = rows.table_of[uuid]
-        row = dict(rows.free[table][uuid])
-        row["external_ids"] = dict(_map(row["external_ids"]))
-        objects[key] = to_object(nb.schema, table, row, key_of, parent_of, manager, ())
-        uuids[key] = (table, uuid)
-        for column in PARENT_COLUMNS.get(table, ()):
-            extra += [(key, rows.label(child)) for child in atoms(row[column])
-                      if child not in taken]
-    return Matched(objects, uuids, missing, extra)
+    def refused(self) -> list[Refusal]:
+        return list(self.rows.refused)
+
+    def unowned(self) -> dict[str, str]:
+        return {uuid: self.rows.label(uuid) for found in self.rows.free.values()
+                for uuid in found}
+
+    def match(self, desired: Sequence[BackendObject]) -> Adoption:
+        """Pair rendered rows with unowned ones: named rows by name, the others by parent
+        and content."""
+        rows = self.rows
+        wanted = sorted(desired, key=lambda obj: (obj.parent is not None, obj.key))
+        by_name = {(table, str(row["name"])): uuid for table, found in rows.free.items()
+                   for uuid, row in found.items() if isinstance(row.get("name"), str)}
+        taken: dict[str, str] = {}  # UUID → key
+        for obj in wanted:
+            uuid = _find(obj, rows, by_name, taken)
+            if uuid is not None:
+                taken[uuid] = obj.key
+        key_of = {uuid: key for key, (_table, uuid) in self.ours.items()} | taken
+        parent_of = {child: (key_of[uuid], column)
+                     for table, columns in PARENT_COLUMNS.items()
+                     for uuid, row in rows.free[table].items() if uuid in taken
+                     for column in columns for child in atoms(row[column])}
+        out = Adoption({}, {})
+        for uuid, key in sorted(taken.items(), key=lambda item: item[1]):
+            table = rows.table_of[uuid]
+            row = dict(rows.free[table][uuid])
+            row["external_ids"] = dict(_map(row["external_ids"]))  # to_object takes it
+            out.objects[key] = to_object(self.nb.schema, table, row, key_of, parent_of,
+                                         self.manager, ())
+            out.ids[key] = uuid
+            self.uuids[key] = (table, uuid)
+            out.extra += [(key, rows.label(child)) for column in PARENT_COLUMNS.get(table, ())
+                          for child in atoms(row[column]) if child not in taken]
+        return out
+
+    def tag(self, pairs: Sequence[tuple[BackendObject, BackendObject]]) -> None:
+        """Updates whose fields, references and parents are as they are: the transaction
+        writes the tags alone (transaction.py writes only what changed)."""
+        changes = {want.uid: Change(want.uid, have, want, Action.UPDATE, "adopted")
+                   for want, have in pairs}
+        steps = [Step(Action.UPDATE, uid) for uid in sorted(changes)]
+        self.nb.apply({**self.ours, **self.uuids}, [steps], changes, self.installation,
+                      lambda _index, _waves, _steps: lambda _done, _total: None)
 
 
 def _find(obj: BackendObject, rows: Rows, by_name: dict[tuple[str, str], str],
