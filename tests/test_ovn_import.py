@@ -246,3 +246,31 @@ def test_import_names_what_is_wrong_with_its_arguments_and_reads_nothing(
         result = unet(example_copy, "import", str(example_copy), *args)
         assert result.returncode == 1 and said in result.stderr, (args, result.stderr)
     assert not (example_copy / ".unet").exists()
+
+
+def test_apply_tags_nothing_of_a_network_whose_reviewed_manifests_differ_from_its_rows(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    lab, repo = hand_built
+    rows_before = _rows(lab)
+    network = {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]
+    written = repo / network["file"]
+    # A second import leaves the reviewed file alone.
+    written.write_text(written.read_text().replace("ipv4Cidr: 10.60.1.0/24",
+                                                   "ipv4Cidr: 10.60.1.0/24\n  mtu: 9000"))
+    again = {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]
+    assert not again["adopted"] and any("exists with other content" in r
+                                        for r in again["reasons"])
+    assert "mtu: 9000" in written.read_text()
+
+    refused = {n["name"]: n for n in _import(repo, "--apply")["networks"]}["prod-router"]
+    assert not refused["adopted"]
+    assert any(r.startswith("DHCP_Options 10.60.1.0/24") and "'mtu': '9000'" in r
+               for r in refused["reasons"]), refused["reasons"]
+    assert _rows(lab) == rows_before
+    assert "example" not in lab.nbctl("--bare", "--columns=external_ids", "list",
+                                      "Logical_Router", "prod-router")
+
+    written.write_text(written.read_text().replace("\n  mtu: 9000", ""))
+    assert [n["adopted"] for n in _import(repo, "--apply")["networks"]] == [True]
+    assert _import(repo, "--apply")["networks"] == [], "adopted twice"
+    assert_noop(repo, repo)

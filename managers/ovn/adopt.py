@@ -473,9 +473,13 @@ def _find(obj: BackendObject, rows: Rows, by_name: dict[tuple[str, str], str],
         holder = rows.free[rows.table_of[parent]][parent]
         inside = set(atoms(holder[obj.parent[1]])) if obj.parent else set()
         candidates = {u: r for u, r in candidates.items() if u in inside}
-    for uuid, row in sorted(candidates.items()):
-        if uuid not in taken and all(_plain(row[c]) == obj.fields.get(c) for c in columns):
-            return uuid
+    # Equal in what identifies it; failing that, DHCP options of the same CIDR (whose
+    # options then show as what differs).
+    for identifying in (columns, columns[:1] if obj.table == "DHCP_Options" else ()):
+        for uuid, row in sorted(candidates.items()):
+            if identifying and uuid not in taken \
+                    and all(_plain(row[c]) == obj.fields.get(c) for c in identifying):
+                return uuid
     return None
 
 
