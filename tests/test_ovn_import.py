@@ -274,3 +274,56 @@ def test_apply_tags_nothing_of_a_network_whose_reviewed_manifests_differ_from_it
     assert [n["adopted"] for n in _import(repo, "--apply")["networks"]] == [True]
     assert _import(repo, "--apply")["networks"] == [], "adopted twice"
     assert_noop(repo, repo)
+
+
+def _build_dual_stack(lab: OvnLab) -> None:
+    """A dual-stack network of one subnet, without DHCP, its port in the implicit default
+    group: unet's ACLs of both families."""
+    nb = lab.nbctl
+    pg, default = "unet.legacy.lab", "unet.legacy.lab.default"
+    nb("lr-add", "lab")
+    nb("ls-add", "dual")
+    nb("lrp-add", "lab", "lab-dual", "0a:00:00:00:04:01", "10.80.1.1/24", "fd00:80:1::1/64")
+    nb("lsp-add", "dual", "dual-router", "--", "lsp-set-type", "dual-router", "router", "--",
+       "lsp-set-addresses", "dual-router", "router", "--", "lsp-set-options", "dual-router",
+       "router-port=lab-dual")
+    entry = "0a:00:00:00:04:02 10.80.1.10 fd00:80:1::10"
+    nb("lsp-add", "dual", "probe", "--", "lsp-set-addresses", "probe", entry, "--",
+       "lsp-set-port-security", "probe", entry)
+    nb("pg-add", pg, "probe")
+    nb("pg-add", default, "probe")
+    for group, direction, priority, match, action in [
+        (pg, "from-lport", 1000, f"inport == @{pg} && ip", "drop"),
+        (pg, "to-lport", 1000, f"outport == @{pg} && ip", "drop"),
+        (pg, "from-lport", 1001, f"inport == @{pg} && udp && udp.src == 68 && udp.dst == 67",
+         "allow"),
+        (pg, "from-lport", 1001, f"inport == @{pg} && udp && udp.src == 546 && udp.dst == 547",
+         "allow"),
+        (pg, "from-lport", 1001, f"inport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
+        (pg, "to-lport", 1001, f"outport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
+        (default, "to-lport", 1002,
+         f"outport == @{default} && ip4 && ip4.src == ${default}_ip4", "allow-related"),
+        (default, "to-lport", 1002,
+         f"outport == @{default} && ip6 && ip6.src == ${default}_ip6", "allow-related"),
+        (default, "from-lport", 1002, f"inport == @{default} && ip4", "allow-related"),
+        (default, "from-lport", 1002, f"inport == @{default} && ip6", "allow-related"),
+    ]:
+        nb("--type=port-group", "acl-add", group, direction, str(priority), match, action)
+
+
+def test_a_dual_stack_network_is_adopted_with_both_families(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    lab, repo = hand_built
+    _build_dual_stack(lab)
+    network = {n["name"]: n for n in _import(repo)["networks"]}["lab"]
+    assert network["adopted"], network["reasons"]
+    written = {d["kind"]: d["spec"] for d in
+               yaml.safe_load_all((repo / network["file"]).read_text())}
+    assert written["VirtualNetwork"] == {"region": "region-b", "ipv4Cidr": "10.80.1.0/24",
+                                         "ipv6Cidr": "fd00:80:1::/64"}
+    assert "SecurityGroup" not in written  # the implicit default, in both families
+    assert [n["adopted"] for n in _import(repo, "--apply")["networks"]] == [True, True]
+    tags = lab.nbctl("--bare", "--columns=external_ids", "find", "Logical_Switch_Port",
+                     "name=probe")
+    assert "unet:alloc:ipv6/legacy/ComputeInstance/probe/0=fd00:80:1::10" in tags
+    assert_noop(repo, repo)
