@@ -327,3 +327,49 @@ def test_a_dual_stack_network_is_adopted_with_both_families(
                      "name=probe")
     assert "unet:alloc:ipv6/legacy/ComputeInstance/probe/0=fd00:80:1::10" in tags
     assert_noop(repo, repo)
+
+
+def test_it_works_end_to_end_on_the_embedded_northbound(example_copy: Path) -> None:
+    """The demo's database: built with `unet nb` (ovn-nbctl on the embedded server, in one
+    transaction), imported, adopted, and nothing left to plan."""
+    repo = example_copy
+    (repo / "provider" / "tenants" / "legacy.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "network.osac.io/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": TENANT}, "spec": {"regions": ["region-b"]}}))
+    assert apply(repo, repo).returncode == 0
+    pg, default = "unet.legacy.solo", "unet.legacy.solo.default"
+    entry = "0a:00:00:00:05:02 10.90.1.10"
+    commands = [
+        ["lr-add", "solo"], ["ls-add", "solo-net"],
+        ["lrp-add", "solo", "solo-gw", "0a:00:00:00:05:01", "10.90.1.1/24"],
+        ["lsp-add", "solo-net", "solo-net-router"],
+        ["lsp-set-type", "solo-net-router", "router"],
+        ["lsp-set-addresses", "solo-net-router", "router"],
+        ["lsp-set-options", "solo-net-router", "router-port=solo-gw"],
+        ["lsp-add", "solo-net", "vm-a"], ["lsp-set-addresses", "vm-a", entry],
+        ["lsp-set-port-security", "vm-a", entry],
+        ["pg-add", pg, "vm-a"], ["pg-add", default, "vm-a"],
+        *(["--type=port-group", "acl-add", group, direction, str(priority), match, action]
+          for group, direction, priority, match, action in [
+              (pg, "from-lport", 1000, f"inport == @{pg} && ip", "drop"),
+              (pg, "to-lport", 1000, f"outport == @{pg} && ip", "drop"),
+              (pg, "from-lport", 1001,
+               f"inport == @{pg} && udp && udp.src == 68 && udp.dst == 67", "allow"),
+              (pg, "from-lport", 1001,
+               f"inport == @{pg} && udp && udp.src == 546 && udp.dst == 547", "allow"),
+              (pg, "from-lport", 1001, f"inport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
+              (pg, "to-lport", 1001, f"outport == @{pg} && (nd || nd_rs || nd_ra)", "allow"),
+              (default, "to-lport", 1002,
+               f"outport == @{default} && ip4 && ip4.src == ${default}_ip4", "allow-related"),
+              (default, "from-lport", 1002, f"inport == @{default} && ip4",
+               "allow-related")])]
+    built = unet(repo, "nb", "--", *[word for command in commands
+                                     for word in ("--", *command)][1:])
+    assert built.returncode == 0, built.stderr
+
+    text = unet(repo, "import", "--manager", "ovn", "--tenant", TENANT)
+    assert text.returncode == 0 and "network solo: written to tenants/legacy/imported/" \
+        "solo.yaml; 15 rows to tag, none created or deleted" in text.stdout, text.stdout
+    assert "network solo: adopted" in unet(repo, "import", "--manager", "ovn", "--tenant",
+                                           TENANT, "--apply").stdout
+    assert_noop(repo, repo)
