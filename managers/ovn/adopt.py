@@ -79,7 +79,8 @@ def read_rows(nb: Northbound, installation: str) -> Rows:
     """Every row of the tables unet writes; those another installation's tag claims are
     refused, this installation's are left out (they are unet's already)."""
     tables = list(MANAGED_COLUMNS)
-    operations = [{"op": "select", "table": table, "where": [],
+    ours = ["external_ids", "excludes", ["map", [[TAG_INSTALLATION, installation]]]]
+    operations = [{"op": "select", "table": table, "where": [ours],
                    "columns": ["_uuid", *nb.schema.columns_read(table)]} for table in tables]
     results = nb.fence(installation).read(operations, compact_row)
     free: dict[str, dict[str, Row]] = {}
@@ -292,7 +293,8 @@ class _Inference:
                 rule = _rule(acl, prefix) if acl is not None else None
                 if rule is not None and rule[1] not in rules[rule[0]]:
                     rules[rule[0]].append(rule[1])
-            spec = {"virtualNetwork": network, **{d: _merged(r) for d, r in rules.items() if r}}
+            spec: dict[str, Any] = {"virtualNetwork": network}
+            spec.update((d, sorted(_merged(r), key=_rule_order)) for d, r in rules.items() if r)
             if group == "default" and spec == _implicit_default(network, families):
                 continue  # the implicit default group: no manifest says it
             yield _manifest("SecurityGroup", group, spec)
@@ -303,9 +305,16 @@ def _implicit_default(network: str, families: set[int]) -> dict[str, Any]:
     all egress in each family of the network."""
     return {"virtualNetwork": network,
             "ingress": [{"protocol": "all", "securityGroup": "default"}],
-            "egress": [{"protocol": "all", "cidr": cidr}
-                       for version, cidr in ((4, "0.0.0.0/0"), (6, "::/0"))
-                       if version in families]}
+            "egress": sorted(({"protocol": "all", "cidr": cidr}
+                              for version, cidr in ((4, "0.0.0.0/0"), (6, "::/0"))
+                              if version in families), key=_rule_order)}
+
+
+def _rule_order(rule: dict[str, Any]) -> tuple[Any, ...]:
+    """Rules in a fixed order (a port group's ACLs have none): by protocol, port, ICMP
+    type, then remote."""
+    return (rule["protocol"], rule.get("portFrom", 0), rule.get("icmpType", -1),
+            rule.get("icmpCode", -1), rule.get("cidr", ""), rule.get("securityGroup", ""))
 
 _ACL = re.compile(
     r"(?P<port>outport|inport) == @\S+ && (?P<family>ip[46])"
@@ -426,10 +435,11 @@ class OvnAdopter(Adopter):
         by_name = {(table, str(row["name"])): uuid for table, found in rows.free.items()
                    for uuid, row in found.items() if isinstance(row.get("name"), str)}
         taken: dict[str, str] = {}  # UUID → key
+        found: dict[str, str] = {}  # key → UUID
         for obj in wanted:
-            uuid = _find(obj, rows, by_name, taken)
+            uuid = _find(obj, rows, by_name, taken, found)
             if uuid is not None:
-                taken[uuid] = obj.key
+                taken[uuid], found[obj.key] = obj.key, uuid
         key_of = {uuid: key for key, (_table, uuid) in self.ours.items()} | taken
         parent_of = {child: (key_of[uuid], column)
                      for table, columns in PARENT_COLUMNS.items()
@@ -459,20 +469,21 @@ class OvnAdopter(Adopter):
 
 
 def _find(obj: BackendObject, rows: Rows, by_name: dict[tuple[str, str], str],
-          taken: dict[str, str]) -> str | None:
-    name = obj.fields.get("name")
+          taken: dict[str, str], found: dict[str, str]) -> str | None:
+    """The unowned row `obj` stands for (`taken`: UUID → key, `found`: key → UUID, of the
+    rows matched so far, parents before children)."""
     if obj.table not in _UNNAMED:
-        uuid = by_name.get((obj.table, str(name)))
+        uuid = by_name.get((obj.table, str(obj.fields.get("name"))))
         return uuid if uuid is not None and uuid not in taken else None
     columns = _UNNAMED[obj.table]
-    parent = next((u for u, k in taken.items() if obj.parent and k == obj.parent[0]), None)
-    if obj.parent is not None and parent is None:
-        return None
     candidates = rows.free[obj.table]
-    if parent is not None:
+    if obj.parent is not None:
+        parent = found.get(obj.parent[0])
+        if parent is None:
+            return None
         holder = rows.free[rows.table_of[parent]][parent]
-        inside = set(atoms(holder[obj.parent[1]])) if obj.parent else set()
-        candidates = {u: r for u, r in candidates.items() if u in inside}
+        candidates = {u: candidates[u] for u in atoms(holder[obj.parent[1]])
+                      if u in candidates}
     # Equal in what identifies it; failing that, DHCP options of the same CIDR (whose
     # options then show as what differs).
     for identifying in (columns, columns[:1] if obj.table == "DHCP_Options" else ()):
