@@ -71,6 +71,7 @@ class Allocations:
     values: dict[str, Allocation] = field(default_factory=dict)
     problems: list[AllocationProblem] = field(default_factory=list)
     shared: Shared | None = None  # the part of what tenants share
+    adopted: bool = False  # whether some row keeps values of its own (`ADOPTED`)
 
     def get(self, key: str) -> Allocation | None:
         return self.values.get(key)
@@ -180,6 +181,7 @@ class _Allocator:
         for key in self.observed:
             if key.startswith(ADOPTED):
                 self._keep(key, self.observed[key].value)
+                self.out.adopted = True
 
     def _part(self, allocate: Callable[[], None], known: Part | None) -> Part:
         """What `allocate` adds to the allocations (`known`: added as it is instead)."""

@@ -117,7 +117,10 @@ class _Renderer:
     def kept(self, row_key: str, **defaults: str) -> tuple[dict[str, str], dict[str, str]]:
         """The values of `defaults` (column → what unet writes) that the row kept when it
         was adopted (`unet import`), and the tags recording them, so later runs keep them."""
-        values, tags = dict(defaults), {}
+        values = dict(defaults)
+        tags: dict[str, str] = {}
+        if not self.alloc.adopted:  # nearly every render: no row adopted
+            return values, tags
         for column in defaults:
             found = self.alloc.get(adopted_key(row_key, column))
             if found is not None and found.known:
