@@ -31,6 +31,7 @@ import yaml
 
 from .contract import Adopter, Adoption, ImportedNetwork, Manager, Refusal
 from .desired import render_desired
+from .engine import say_waiting
 from .errors import UnetError
 from .model import Model
 from .objects import BackendObject, Held, observed_allocations
@@ -107,7 +108,7 @@ def adopt_networks(repo: Path, head: Validation, manager: str, tenant: str,
     with contextlib.ExitStack() as stack:
         session = stack.enter_context(found.connect(repo.resolve()))
         if apply:  # read under the lock: what is tagged is what was read
-            stack.enter_context(session.lock(lock_timeout, lambda _text: None))
+            stack.enter_context(session.lock(lock_timeout, say_waiting))
         observation = session.observe()
         adopter = session.adopter(observation)
         if adopter is None:

@@ -11,6 +11,8 @@ is empty and ovn-trace follows every probe packet exactly as before.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,15 @@ import yaml
 
 from .conftest import EXAMPLE, copy_checkout, use_northbound
 from .support.ovnlab import OvnLab
-from .support.ovnrun import apply, assert_noop, plan, unet
+from .support.ovnrun import (
+    apply,
+    assert_noop,
+    plan,
+    reaped,
+    spawn_at_prompt,
+    unet,
+    wait_for_text,
+)
 from .support.trace import Trace, trace
 
 TENANT = "legacy"
@@ -376,3 +386,27 @@ def test_it_works_end_to_end_on_the_embedded_northbound(example_copy: Path) -> N
     assert "network solo: adopted" in unet(repo, "import", "--manager", "ovn", "--tenant",
                                            TENANT, "--apply").stdout
     assert_noop(repo, repo)
+
+
+def test_apply_waits_for_another_runs_lock_and_tags_nothing_without_it(
+        hand_built: tuple[OvnLab, Path], tmp_path: Path) -> None:
+    lab, repo = hand_built
+    rows_before = _rows(lab)
+    lab.nbctl("set", "Logical_Router", "unet.acme.prod", "options:drift=yes")
+    out = tmp_path / "apply.out"
+    first, controller = spawn_at_prompt(tmp_path, out, "apply", str(repo), "--manager", "ovn")
+    try:
+        with reaped(first):
+            wait_for_text(first, (out,), "Apply these changes?")
+            imported = {n["name"]: n["adopted"] for n in _import(repo)["networks"]}
+            assert imported["prod-router"], "import reads without the lock"  # nothing to hold
+            second = unet(repo, "import", "--manager", "ovn", "--tenant", TENANT, "--apply",
+                          "--lock-timeout", "2")
+            assert second.returncode == 1, second.stdout
+            assert f"waiting for the lock unet_example held by {socket.gethostname()} pid " \
+                   f"{first.pid}" in second.stderr, second.stderr
+    finally:
+        os.close(controller)
+    assert _rows(lab)["Logical_Switch_Port"] == rows_before["Logical_Switch_Port"]
+    assert "example" not in lab.nbctl("--bare", "--columns=external_ids", "list",
+                                      "Logical_Switch_Port", "web1")
