@@ -399,7 +399,7 @@ def test_apply_waits_for_another_runs_lock_and_tags_nothing_without_it(
         with reaped(first):
             wait_for_text(first, (out,), "Apply these changes?")
             imported = {n["name"]: n["adopted"] for n in _import(repo)["networks"]}
-            assert imported["prod-router"], "import reads without the lock"  # nothing to hold
+            assert imported["prod-router"], "import reads without the lock"
             second = unet(repo, "import", "--manager", "ovn", "--tenant", TENANT, "--apply",
                           "--lock-timeout", "2")
             assert second.returncode == 1, second.stdout
