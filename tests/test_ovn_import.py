@@ -190,7 +190,7 @@ def test_a_network_built_by_hand_is_adopted_in_place_and_traffic_is_unchanged(
     assert all(d["metadata"]["annotations"] == {"network.osac.io/prevent-destroy": "true"}
                for d in written)
     assert _rows(lab) == rows_before, "import wrote to the Northbound"
-    # Merged before the rows are tagged, the manifests plan nothing over the hand's rows.
+    # Merged before the rows are tagged, the manifests' plan is refused: names are taken.
     early = plan(repo, repo)
     assert early.returncode == 1 and "already exists and is not managed by this " \
         "installation" in early.stdout + early.stderr, early.stdout + early.stderr
@@ -225,8 +225,10 @@ def test_what_the_api_cannot_express_is_refused_row_by_row_and_left_alone(
     networks = {n["name"]: n for n in imported["networks"]}
     flat = networks["flat-router"]
     assert not flat["adopted"]
-    assert any(f"would create Port_Group {'unet.legacy.flat_router'}" in r
-               for r in flat["reasons"]), flat["reasons"]
+    assert "would create Port_Group unet.legacy.flat_router with 6 ACL (for " \
+        "VirtualNetwork/legacy/flat-router)" in flat["reasons"], flat["reasons"]
+    assert "Logical_Switch_Port flat-vm: port_security is [], the manifests give " \
+        "['0a:00:00:00:03:02 10.70.1.10']" in flat["reasons"], flat["reasons"]
     assert not (repo / flat["file"]).exists()
     refused = dict((r["row"], r["reason"]) for r in imported["refused"])
     assert "owned by installation elsewhere" in refused["Logical_Switch theirs"]

@@ -287,7 +287,7 @@ class _Inference:
             if not name.startswith(prefix) or name.endswith(".router"):
                 continue
             group = name[len(prefix):].replace("_", "-")
-            rules = {"ingress": [], "egress": []}  # type: dict[str, list[dict[str, Any]]]
+            rules: dict[str, list[dict[str, Any]]] = {"ingress": [], "egress": []}
             for acl_uuid in atoms(row["acls"]):
                 acl = self.rows.get("ACL", acl_uuid)
                 rule = _rule(acl, prefix) if acl is not None else None
