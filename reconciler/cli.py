@@ -247,11 +247,14 @@ def _add_import(commands: Commands) -> None:
                             "serves)")
     adopt.add_argument("--apply", action="store_true",
                        help="tag the rows that the repo's manifests describe exactly")
+    adopt.add_argument("--rev", metavar="REV",
+                       help="with --apply: the manifests of this Git revision (the merged "
+                            "branch, say) instead of the files on disk")
     adopt.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
                        help="how long --apply waits for another run's lock (default 60)")
     adopt.add_argument("--format", choices=FORMATS[:2], default="text")
     adopt.set_defaults(func=_command("import_rows"), max_file_size=DEFAULT_MAX_FILE_BYTES,
-                       no_cache=False, rev=None)
+                       no_cache=False)
 
 
 def _add_plugin_commands(commands: Commands) -> None:

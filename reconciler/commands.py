@@ -452,7 +452,11 @@ def import_rows(args: argparse.Namespace) -> int:
 
     from .adopt import adopt_networks
 
-    head = _validated_head(args, args.path, None)
+    if args.rev is not None and not args.apply:
+        print("unet: --rev goes with --apply: import writes its manifests to the files on "
+              "disk", file=sys.stderr)
+        return EXIT_ERROR
+    head = _validated_head(args, args.path, args.rev)
     if head is None:
         return EXIT_ERROR
     report = adopt_networks(args.path, head, args.manager, args.tenant, args.region,

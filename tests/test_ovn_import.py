@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -412,3 +413,26 @@ def test_apply_waits_for_another_runs_lock_and_tags_nothing_without_it(
     assert _rows(lab)["Logical_Switch_Port"] == rows_before["Logical_Switch_Port"]
     assert "example" not in lab.nbctl("--bare", "--columns=external_ids", "list",
                                       "Logical_Switch_Port", "web1")
+
+
+def test_apply_of_a_revision_adopts_what_that_revision_says_not_the_working_tree(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    lab, repo = hand_built
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                       cwd=repo, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "before the import")
+    _import(repo)  # the files are on disk, not in HEAD
+    assert _import(repo, "--apply", "--rev", "HEAD")["networks"] == []
+    assert "example" not in lab.nbctl("--bare", "--columns=external_ids", "list",
+                                      "Logical_Router", "prod-router")
+    git("add", "-A")
+    git("commit", "-qm", "the imported networks, reviewed")
+    adopted = _import(repo, "--apply", "--rev", "HEAD")
+    assert [n["name"] for n in adopted["networks"] if n["adopted"]] == ["prod-router"]
+    alone = unet(repo, "import", "--manager", "ovn", "--tenant", TENANT, "--rev", "HEAD")
+    assert alone.returncode == 1 and "--rev goes with --apply" in alone.stderr
