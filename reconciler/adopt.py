@@ -257,7 +257,7 @@ def _verify(run: _Run, validation: Validation, names: set[str]) -> _Verdict:
     """Per network: the rendered objects paired with the unowned objects they stand for, and
     what stops its adoption (an object to create, a field that differs, an object held that
     nothing renders)."""
-    desired = render_desired(validation, run.held)
+    desired = render_desired(validation, run.held, tenants=frozenset({run.tenant}))
     unit_of = _units(desired.model, run.tenant)
     wanted = [o for o in desired.objects if unit_of.get(o.owner) in names]
     mine = [o for o in wanted if o.manager == run.manager.manager]
