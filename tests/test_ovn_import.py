@@ -100,6 +100,12 @@ def _build_unexpressible(lab: OvnLab) -> None:
        "lsp-set-options", "flat-net-router", "router-port=flat-gw")
     nb("lsp-add", "flat-net", "flat-vm", "--", "lsp-set-addresses", "flat-vm",
        "0a:00:00:00:03:02 10.70.1.10")
+    nb("lr-add", "public-router")  # addresses the tenant may not use
+    nb("ls-add", "public-net")
+    nb("lrp-add", "public-router", "public-gw", "0a:00:00:00:06:01", "198.51.100.1/24")
+    nb("lsp-add", "public-net", "public-net-router", "--", "lsp-set-type",
+       "public-net-router", "router", "--", "lsp-set-addresses", "public-net-router",
+       "router", "--", "lsp-set-options", "public-net-router", "router-port=public-gw")
     nb("ls-add", "theirs", "--", "set", "Logical_Switch", "theirs",
        "external_ids:unet\\:installation=elsewhere", "external_ids:unet\\:key=x")
 
@@ -231,6 +237,9 @@ def test_what_the_api_cannot_express_is_refused_row_by_row_and_left_alone(
     assert "Logical_Switch_Port flat-vm: port_security is [], the manifests give " \
         "['0a:00:00:00:03:02 10.70.1.10']" in flat["reasons"], flat["reasons"]
     assert not (repo / flat["file"]).exists()
+    public = networks["public-router"]
+    assert not public["adopted"] and any(r.startswith("CIDR_NOT_ALLOWED: ")
+                                         for r in public["reasons"]), public["reasons"]
     refused = dict((r["row"], r["reason"]) for r in imported["refused"])
     assert "owned by installation elsewhere" in refused["Logical_Switch theirs"]
     assert "no imported manifest describes it" in refused["Logical_Switch scratch"]
