@@ -40,8 +40,6 @@ from .validate import Validation, validate_repo
 
 #: Where the manifests of an imported network go, under the tenant's folder.
 IMPORTED = "imported"
-#: Attempts at a set of networks that renders exactly: each drops those that do not.
-_ROUNDS = 4
 
 Pairs = list[tuple[BackendObject, BackendObject]]  # (rendered, found)
 
@@ -114,7 +112,7 @@ def adopt_networks(repo: Path, head: Validation, manager: str, tenant: str,
         if adopter is None:
             raise UnetError(f"NetworkManager {manager} (plugin {found.name}) cannot import: "
                             "its backend has no adoption")
-        networks = adopter.networks(tenant, chosen)
+        networks = _distinct(adopter.networks(tenant, chosen))
         held = {**observed_allocations(observation.objects),
                 **{key: value for n in networks for key, value in n.held.items()}}
         run = _Run(found, adopter, tenant, held)
@@ -122,6 +120,20 @@ def adopt_networks(repo: Path, head: Validation, manager: str, tenant: str,
             _import(run, repo, manager, chosen, networks)
         report.refused = _refusals(adopter, networks, report)
     return report
+
+
+def _distinct(networks: list[ImportedNetwork]) -> list[ImportedNetwork]:
+    """The networks, but those whose names several give (routers `a_b` and `a.b`): those
+    refused, for one name is one VirtualNetwork."""
+    counts = Counter(n.name for n in networks)
+    return [n if counts[n.name] == 1 else ImportedNetwork(n.name, refused=[Refusal(
+        f"network {n.name}", f"{counts[n.name]} routers give this name: rename all but one "
+                             "(a router's name is free to choose) and import again")])
+            for n in networks if counts[n.name] == 1 or n is _first(networks, n.name)]
+
+
+def _first(networks: list[ImportedNetwork], name: str) -> ImportedNetwork:
+    return next(n for n in networks if n.name == name)
 
 
 def _region(model: Model, manager: str, tenant: str, region: str | None) -> str:
@@ -154,9 +166,7 @@ def _import(run: _Run, repo: Path, manager: str, region: str,
                                               if not n.manifests])
                for n in networks}
     candidates = [n for n in networks if n.manifests]
-    for _round in range(_ROUNDS):
-        if not candidates:
-            break
+    while candidates:  # each round that fails drops a network: the rest is checked again
         with _with_manifests(repo, run.tenant, candidates) as copy:
             validation = validate_repo(copy)
         failed = _invalid(validation, run.tenant, candidates)

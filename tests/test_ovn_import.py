@@ -445,3 +445,14 @@ def test_apply_of_a_revision_adopts_what_that_revision_says_not_the_working_tree
     assert [n["name"] for n in adopted["networks"] if n["adopted"]] == ["prod-router"]
     alone = unet(repo, "import", "--manager", "ovn", "--tenant", TENANT, "--rev", "HEAD")
     assert alone.returncode == 1 and "--rev goes with --apply" in alone.stderr
+
+
+def test_two_routers_that_give_one_network_name_are_refused_and_the_others_go_on(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    lab, repo = hand_built
+    lab.nbctl("lr-add", "twin_router", "--", "lr-add", "twin.router")
+    networks = {n["name"]: n for n in _import(repo)["networks"]}
+    assert networks["twin-router"]["reasons"] == [
+        "network twin-router: 2 routers give this name: rename all but one (a router's name "
+        "is free to choose) and import again"]
+    assert networks["prod-router"]["adopted"]
