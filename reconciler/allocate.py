@@ -71,6 +71,7 @@ class Allocations:
     values: dict[str, Allocation] = field(default_factory=dict)
     problems: list[AllocationProblem] = field(default_factory=list)
     shared: Shared | None = None  # the part of what tenants share
+    adopted: bool = False  # whether some row keeps values of its own (`ADOPTED`)
 
     def get(self, key: str) -> Allocation | None:
         return self.values.get(key)
@@ -106,6 +107,14 @@ def external_key(tenant: str | None, eip: str) -> str:
 def router_gateway_key(tenant: str | None, vn: str, version: int = 4) -> str:
     """A router's external address of its own (the IPv4 one keeps its first key)."""
     return f"gateway/{tenant}/{vn}" + ("" if version == 4 else f"/ipv{version}")
+
+
+#: Prefix of the values an adopted row keeps: `adopted/Logical_Switch/acme/web/name`.
+ADOPTED = "adopted/"
+
+
+def adopted_key(row_key: str, column: str) -> str:
+    return f"{ADOPTED}{row_key}/{column}"
 
 
 def holder_of(key: str) -> str:
@@ -163,6 +172,16 @@ class _Allocator:
             self._subnet_addresses(segment)
         external = self._part(self._external_addresses, shared.external if shared else None)
         self.out.shared = Shared(segments, external)
+        self._adopted()
+
+    def _adopted(self) -> None:
+        """What a row had when it was adopted (`unet import`) and keeps, as a value it holds:
+        its name, a router port's MAC (`adopted/<row key>/<column>`). Nothing else holds
+        them, so they are kept as they are."""
+        for key in self.observed:
+            if key.startswith(ADOPTED):
+                self._keep(key, self.observed[key].value)
+                self.out.adopted = True
 
     def _part(self, allocate: Callable[[], None], known: Part | None) -> Part:
         """What `allocate` adds to the allocations (`known`: added as it is instead)."""

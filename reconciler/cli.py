@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_validate, _add_plan, _add_apply, reconcile.add_parser, _add_schema,
-                _add_codes, _add_show, _add_reach, _add_plugin_commands, _add_completion):
+                _add_codes, _add_show, _add_reach, _add_import, _add_plugin_commands,
+                _add_completion):
         add(commands)
     return parser
 
@@ -274,6 +275,35 @@ def _add_reach(commands: Commands) -> None:
     reach.add_argument("--detailed-exitcode", action="store_true",
                        help="with --live, exit 2 when the live fabric disagrees")
     reach.set_defaults(func=_command("reach"))
+
+
+def _add_import(commands: Commands) -> None:
+    adopt = commands.add_parser(
+        "import", help="adopt backend rows no installation owns (writes their manifests)",
+        description="Read the rows of an OVN NetworkManager that no installation owns and "
+                    "write the manifests that describe them, a VirtualNetwork at a time, to "
+                    "tenants/TENANT/imported/ (docs/import.md). Nothing is written to the "
+                    "backend. Once they are reviewed and merged, --apply tags the rows in "
+                    "place: no create, no delete.")
+    adopt.add_argument("path", nargs="?", default=None, type=Path,
+                       help="the network repo (default: the one the current folder is in)")
+    adopt.add_argument("--manager", required=True, metavar="NAME",
+                       help="the NetworkManager whose backend is read (an ovn one)")
+    adopt.add_argument("--tenant", required=True, metavar="TENANT",
+                       help="the tenant the networks become part of (a declared Tenant)")
+    adopt.add_argument("--region", metavar="REGION",
+                       help="their region (default: the tenant's only region the manager "
+                            "serves)")
+    adopt.add_argument("--apply", action="store_true",
+                       help="tag the rows that the repo's manifests describe exactly")
+    adopt.add_argument("--rev", metavar="REV",
+                       help="with --apply: the manifests of this Git revision (the merged "
+                            "branch, say) instead of the files on disk")
+    adopt.add_argument("--lock-timeout", type=float, default=60.0, metavar="SECONDS",
+                       help="how long --apply waits for another run's lock (default 60)")
+    add_format(adopt)
+    adopt.set_defaults(func=_command("import_rows"), max_file_size=DEFAULT_MAX_FILE_BYTES,
+                       no_cache=False)
 
 
 def _add_plugin_commands(commands: Commands) -> None:

@@ -618,3 +618,50 @@ def plugin_command(command: Command) -> Callable[[argparse.Namespace], int]:
         return command.run(args, managers, args.path.resolve())
 
     return run
+
+
+# --- import ---------------------------------------------------------------------------------
+
+
+def import_rows(args: argparse.Namespace) -> int:
+    """`unet import`: write the manifests of unowned rows (or, with --apply, tag the rows the
+    repo's manifests describe). Exit 0 whatever was refused: the report says it."""
+    import json
+
+    from .adopt import adopt_networks
+
+    if args.rev is not None and not args.apply:
+        print("unet: --rev goes with --apply: import writes its manifests to the files on "
+              "disk", file=sys.stderr)
+        return EXIT_ERROR
+    head = _validated_head(args, args.path, args.rev)
+    if head is None:
+        return EXIT_ERROR
+    report = adopt_networks(args.path, head, args.manager, args.tenant, args.region,
+                            args.apply, args.lock_timeout)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+        return EXIT_OK
+    verb = "tagged" if report.applied else "to tag"
+    for network in report.networks:
+        if network.adopted:
+            done = "adopted" if report.applied else f"written to {network.file}"
+            print(f"network {network.name}: {done}; {len(network.rows)} rows {verb}, "
+                  "none created or deleted")
+            for row in network.rows:
+                print(f"  ~ {row}  (tags only)")
+        else:
+            print(f"network {network.name}: not adopted")
+            for reason in network.reasons:
+                print(f"  ! {reason}")
+    if report.refused:
+        print("left as they are:")
+        for refusal in report.refused:
+            print(f"  - {refusal.row}: {refusal.reason}")
+    adopted = [n for n in report.networks if n.adopted]
+    if not adopted:
+        print("nothing to adopt")
+    elif not report.applied:
+        print(f"next: review and merge {', '.join(n.file for n in adopted)}, then run "
+              f"`unet import --manager {report.manager} --tenant {report.tenant} --apply`")
+    return EXIT_OK

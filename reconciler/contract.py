@@ -205,6 +205,70 @@ class Session:
         feed raises NotImplementedError, and the daemon reads it on every run."""
         raise NotImplementedError
 
+    def adopter(self, observation: Observation) -> Adopter | None:
+        """What reads the backend's objects that no installation owns, for `unet import`
+        (`observation`: this installation's objects, as just observed). Optional: None,
+        the default, when the backend cannot adopt."""
+        return None
+
+
+# --- adoption (`unet import`, reconciler/adopt.py) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A backend object `unet import` leaves as it is, and why."""
+
+    row: str  # how people know it: `Logical_Switch_Port sw0-vm1`
+    reason: str
+
+
+@dataclass
+class ImportedNetwork:
+    """One VirtualNetwork read back from objects no installation owns: its manifests (as
+    plain documents), the allocations its objects hold already (so that nothing moves),
+    and what of it the manifests cannot say."""
+
+    name: str
+    manifests: list[dict[str, Any]] = field(default_factory=list)
+    held: dict[str, Held] = field(default_factory=dict)
+    refused: list[Refusal] = field(default_factory=list)
+
+
+@dataclass
+class Adoption:
+    """Rendered objects paired with objects no installation owns: each found one as it is
+    now (under the rendered key), the backend's id of it, and the objects a found one holds
+    that nothing rendered ((key of the holder, how people know the held one))."""
+
+    objects: dict[str, BackendObject]
+    ids: dict[str, str]
+    extra: list[tuple[str, str]] = field(default_factory=list)
+
+
+class Adopter:
+    """A backend's side of `unet import`: read what no installation owns, guess the
+    manifests, pair rendered objects with what is there, and tag the pairs."""
+
+    def networks(self, tenant: str, region: str) -> list[ImportedNetwork]:
+        raise NotImplementedError
+
+    def refused(self) -> list[Refusal]:
+        """Objects that are not adoption's to take (another installation's)."""
+        raise NotImplementedError
+
+    def unowned(self) -> dict[str, str]:
+        """Every object no installation owns: its id → how people know it."""
+        raise NotImplementedError
+
+    def match(self, desired: Sequence[BackendObject]) -> Adoption:
+        raise NotImplementedError
+
+    def tag(self, pairs: Sequence[tuple[BackendObject, BackendObject]]) -> None:
+        """Make each found object (second) the rendered one's (first) by its tags alone,
+        in one transaction; the run holds the backend's lock."""
+        raise NotImplementedError
+
 
 class Manager:
     """Base of manager plugins: one instance per NetworkManager that uses the plugin. A
@@ -221,6 +285,8 @@ class Manager:
     #: Its sessions keep a replica of the backend (`Session.watch`): the reconcile daemon
     #: watches it instead of reading it on every run.
     watchable: ClassVar[bool] = False
+    #: Whether its sessions have an `adopter` (`unet import`).
+    adopts: ClassVar[bool] = False
 
     def __init__(self, manager: str, config: ManagerConfig, installation: str) -> None:
         self.manager = manager  # the NetworkManager's name: the `manager` of every object

@@ -202,7 +202,8 @@ def _rerendered(before: Desired, base: Inputs, head: Inputs, tenants: frozenset[
     values.update(new.allocations.values)
     problems = [p for p in before.allocations.problems if p not in old.allocations.problems]
     allocations = Allocations(values, problems + new.allocations.problems,
-                              new.allocations.shared)
+                              new.allocations.shared,
+                              before.allocations.adopted or new.allocations.adopted)
     return Desired(new.model.full, allocations, kept + mine, new.managers, head[1]), changed
 
 

@@ -30,6 +30,7 @@ from .config import OvnConfig
 if TYPE_CHECKING:
     from unet.reconciler.shard import Ownership
 
+    from .adopt import OvnAdopter
     from .codec import OvnObservation
     from .northbound import Northbound
     from .rpc import Timeouts
@@ -45,6 +46,7 @@ class OvnManager(FabricManager):
     # Rows carry the installation, not the manager: one OVN manager per Northbound database.
     backend_field: ClassVar[str | None] = "northbound"
     watchable: ClassVar[bool] = True
+    adopts: ClassVar[bool] = True
     config: OvnConfig
 
     def render(self, model: Model, allocations: Allocations) -> list[BackendObject]:
@@ -161,6 +163,13 @@ class OvnSession(Session):
 
     def record_applied(self, digest: str) -> None:
         self.nb.set_global_tag(self.installation, self._applied_tag, digest)
+
+    def adopter(self, observation: Observation) -> OvnAdopter:
+        from .adopt import OvnAdopter
+        from .codec import OvnObservation
+
+        assert isinstance(observation, OvnObservation)
+        return OvnAdopter(self.nb, self.installation, self.manager, observation.uuids)
 
     @contextlib.contextmanager
     def watch(self, timeout: float) -> Iterator[OvnWatch]:

@@ -21,6 +21,7 @@ from unet.managers.sdk import (
     BackendObject,
     Manifest,
     Model,
+    adopted_key,
     content_hash,
     external_key,
     ip_of_port,
@@ -112,6 +113,20 @@ class _Renderer:
 
     def mac(self, identity: str) -> str:
         return _derived_mac(self.model.installation, identity, set())
+
+    def kept(self, row_key: str, **defaults: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The values of `defaults` (column → what unet writes) that the row kept when it
+        was adopted (`unet import`), and the tags recording them, so later runs keep them."""
+        values = dict(defaults)
+        tags: dict[str, str] = {}
+        if not self.alloc.adopted:  # nearly every render: no row adopted
+            return values, tags
+        for column in defaults:
+            found = self.alloc.get(adopted_key(row_key, column))
+            if found is not None and found.known:
+                values[column] = found.value
+                tags[TAG_ALLOCATION + adopted_key(row_key, column)] = found.value
+        return values, tags
 
     # -- the resources ----------------------------------------------------------------------
     def _index_ports(self) -> dict[tuple[str | None, str], list[tuple[str, tuple[str, ...]]]]:
@@ -207,9 +222,11 @@ class _Renderer:
             _balancer_key(a, protocol)
             for a in self.model.active_attachments.get((vn.tenant, vn.name), ())
             for protocol in sorted({f.protocol for f in a.obj.spec.ports or ()})))
-        self.out.add("Logical_Router", key("Logical_Router", vn.tenant, vn.name), vn.ref, {
-            "name": f"unet.{vn.tenant}.{vn.name}", "options": {},
-        }, refs={"load_balancer": balancers} if balancers else None)
+        router = key("Logical_Router", vn.tenant, vn.name)
+        kept, tags = self.kept(router, name=f"unet.{vn.tenant}.{vn.name}")
+        self.out.add("Logical_Router", router, vn.ref, {
+            "name": kept["name"], "options": {},
+        }, refs={"load_balancer": balancers} if balancers else None, meta=tags)
         # Every port of the network belongs to this group; its ACLs drop what no rule allows.
         self._network_group(vn)
 
@@ -264,23 +281,27 @@ class _Renderer:
                     if s.gateway is not None}
         networks = sorted(f"{gateways[v]}/{s.net.prefixlen}" for v, s in spaces.items()
                           if v in gateways)
+        switch_kept, switch_tags = self.kept(switch, name=f"unet.{t}.{name}")
         self.out.add("Logical_Switch", switch, subnet.ref, {
-            "name": f"unet.{t}.{name}",
+            "name": switch_kept["name"],
             "other_config": {},
-        })
+        }, meta=switch_tags)
+        gw, gw_tags = self.kept(router_port, name=f"unet.{t}.{name}.gw", mac=mac)
+        mac = gw["mac"]
         if networks:  # without a gateway the segment is isolated: no router port at all
             ra = {"address_mode": "dhcpv6_stateful", "mtu": str(spec.mtu)} \
                 if spec.dhcp and 6 in gateways else {}
             self.out.add("Logical_Router_Port", router_port, subnet.ref, {
-                "name": f"unet.{t}.{name}.gw", "mac": mac, "networks": networks,
+                "name": gw["name"], "mac": mac, "networks": networks,
                 "ipv6_ra_configs": ra, "options": {},
-            }, parent=(router, "ports"))
-            self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", t, name, "router"),
-                         subnet.ref, {
-                "name": f"unet.{t}.{name}.router", "type": "router", "addresses": ["router"],
-                "options": {"router-port": f"unet.{t}.{name}.gw"}, "port_security": [],
+            }, parent=(router, "ports"), meta=gw_tags)
+            peer = key("Logical_Switch_Port", t, name, "router")
+            peer_kept, peer_tags = self.kept(peer, name=f"unet.{t}.{name}.router")
+            self.out.add("Logical_Switch_Port", peer, subnet.ref, {
+                "name": peer_kept["name"], "type": "router", "addresses": ["router"],
+                "options": {"router-port": gw["name"]}, "port_security": [],
                 "tag_request": None,
-            }, parent=(switch, "ports"))
+            }, parent=(switch, "ports"), meta=peer_tags)
             for version in sorted(v for v in spaces if v not in gateways):
                 self._isolate(subnet, version)
         if spec.dhcp:
@@ -472,9 +493,12 @@ class _Renderer:
             refs = {"dhcpv4_options": (dhcp4,) if 4 in spaces and dhcp else (),
                     "dhcpv6_options": (key("DHCP_Options", *segment, "v6"),)
                     if 6 in spaces and dhcp else ()}
-            self.out.add("Logical_Switch_Port", key("Logical_Switch_Port", *port.split("/")),
-                         workload.ref, {
-                "name": f"unet.{t}.{_short(workload.kind)}.{workload.name}.{index}",
+            row = key("Logical_Switch_Port", *port.split("/"))
+            kept, tags = self.kept(
+                row, name=f"unet.{t}.{_short(workload.kind)}.{workload.name}.{index}")
+            meta.update(tags)
+            self.out.add("Logical_Switch_Port", row, workload.ref, {
+                "name": kept["name"],
                 "type": "", "addresses": [entry], "port_security": [entry], "options": {},
                 "tag_request": None,
             }, refs={k: v for k, v in refs.items() if v},
