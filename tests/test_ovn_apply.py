@@ -445,7 +445,7 @@ def test_saved_plan_is_applied_exactly_and_refused_when_stale(
     git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "base")
     add_instance(repo, "web-7")
     between = tmp_path / "pr.json"
-    pr = plan(tmp_path, repo, "--base", "HEAD", "-o", str(between))
+    pr = unet(tmp_path, "plan", str(repo), "--base", "HEAD", "-o", str(between))
     assert pr.returncode == 0, pr.stderr
     assert json.loads(between.read_text())["mode"] == "pr"
     refused = unet(tmp_path, "apply", str(between), "--auto-approve")
