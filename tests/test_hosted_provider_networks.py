@@ -19,6 +19,8 @@ from typing import Any
 
 from unet.managers.kubernetes.codec import to_body
 from unet.reconciler.desired import render_desired
+from unet.reconciler.diff import Action, diff
+from unet.reconciler.objects import observed_allocations
 
 from .support import crds
 from .support.ovnlab import OvnLab
@@ -116,6 +118,21 @@ def test_the_hosted_vm_gets_unets_address_and_its_groups_on_the_cluster() -> Non
     metrics = next(r for r in policy.fields["spec"]["ingress"]
                    if r.get("ports") == [{"protocol": "TCP", "port": 9100}])
     assert {"ipBlock": {"cidr": f"{address}/32"}} in metrics["from"]
+
+
+def test_its_tenants_change_in_place_and_its_mtu_replaces_the_cudn() -> None:
+    """The CUDN's spec.network is immutable in the API server (as a subnet's)."""
+    before = {o.uid: o for o in _objects(EXAMPLE_FILES).values()}
+    allocated = observed_allocations(before.values())
+    key = f"kubernetes:hosting-a1/{CUDN}/unet-pn.services-a"
+    for field, value, action in (("tenants", ["acme", "initech"], Action.UPDATE),
+                                 ("mtu", 9000, Action.REPLACE)):
+        files = copy.deepcopy(EXAMPLE_FILES)
+        _services(files)["spec"][field] = value
+        head = validate_memory(files)
+        after = {o.uid: o for o in render_desired(head, allocated).objects}
+        changes = {c.uid: c for c in diff(after, before)}
+        assert changes[key].action is action, field
 
 
 def test_the_binding_names_the_provider_networks_cudn() -> None:
