@@ -254,7 +254,10 @@ def _provider_attachment_problem(ctx: Context, workload: Manifest, index: int,
             return (f"ProviderNetwork '{network.name}' ({space.net}) overlaps the workload's "
                     f"VirtualNetwork '{vn.name}' ({own})",
                     "a workload cannot route to two networks with the same addresses")
-    if spaces and own_nets and not spaces.keys() & own_nets.keys():
+    cidrs = (("spec", "ipv4Cidr"), ("spec", "ipv6Cidr"))
+    if spaces and own_nets and not spaces.keys() & own_nets.keys() \
+            and not ctx.rejected(vn, *cidrs) and not ctx.rejected(network, *cidrs):
+        # (a rejected CIDR is unknown, not absent: its family may be the one in common)
         families = " and ".join(Family(v).label for v in sorted(own_nets))
         return (f"ProviderNetwork '{network.name}' has no address family of VirtualNetwork "
                 f"'{vn.name}' ({families})", "a port on it has only the families of the "
