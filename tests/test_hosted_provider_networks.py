@@ -135,6 +135,26 @@ def test_its_tenants_change_in_place_and_its_mtu_replaces_the_cudn() -> None:
         assert changes[key].action is action, field
 
 
+def test_a_subnet_of_the_provider_networks_name_is_another_segment() -> None:
+    files = copy.deepcopy(EXAMPLE_FILES)
+    files["tenants/acme/network.yaml"].append({
+        "apiVersion": "network.osac.io/v1alpha1", "kind": "Subnet",
+        "metadata": {"name": "services-a"},
+        "spec": {"virtualNetwork": "prod", "ipv4Cidr": "10.10.20.0/24"}})
+    files[COMPUTE].append({
+        "apiVersion": "network.osac.io/v1alpha1", "kind": "ComputeInstance",
+        "metadata": {"name": "svc-k1"},
+        "spec": {"hostingCluster": "hosting-a1", "networkAttachments": [
+            {"subnet": "services-a", "securityGroups": ["db"]}]}})
+    objects = _objects(files)
+    policies = {k.rsplit("/", 1)[1] for k in objects
+                if k.startswith("hosting-a1/MultiNetworkPolicy/acme/")}
+    assert {"unet.services-a", "unet.services-a.db", "unet-pn.services-a",
+            "unet-pn.services-a.prod.web"} <= policies
+    assert "unet-pn.services-a.prod.db" not in policies, "svc-k1 is not on the provider's"
+    assert "unet.services-a.web" not in policies, "nor web-k1 on the subnet"
+
+
 def test_the_binding_names_the_provider_networks_cudn() -> None:
     head = validate_memory(EXAMPLE_FILES)
     desired = render_desired(head, {})

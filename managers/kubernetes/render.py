@@ -108,7 +108,8 @@ def render(model: Model, allocations: Allocations, manager: ClusterManager,
             policies = _Policies(model, allocations, manager.manager, config, cluster.name,
                                  segment, subnet.tenant, vn, bridged.get(subnet.tenant, []))
             out.append(policies.isolation())
-            members = hosted.get((subnet.tenant, subnet.name, cluster.name), {})
+            members = hosted.get((subnet.tenant, (subnet.tenant, subnet.name), cluster.name),
+                                 {})
             out.extend(policies.objects({g: vms for (_vn, g), vms in members.items()}))
     for provider in model.kind("ProviderNetwork"):
         cls = model.provider_network_class(provider.name)
@@ -121,9 +122,11 @@ def render(model: Model, allocations: Allocations, manager: ClusterManager,
     return out
 
 
-#: (tenant, subnet or provider network, cluster) → (VirtualNetwork, group) → the VMs on
-#: that cluster that use the group there (groups are their own network's)
-HostedGroups = dict[tuple[str | None, str, str], dict[tuple[str, str], set[str]]]
+#: (tenant, segment, cluster) → (VirtualNetwork, group) → the VMs on that cluster that use
+#: the group there (groups are their own network's); a segment is (tenant, subnet) or
+#: (None, provider network), as segment_of gives it
+HostedGroups = dict[tuple[str | None, tuple[str | None, str], str],
+                    dict[tuple[str, str], set[str]]]
 
 
 def _hosted_groups(model: Model, bridged: dict[str | None, list[Manifest]]) -> HostedGroups:
@@ -134,8 +137,8 @@ def _hosted_groups(model: Model, bridged: dict[str | None, list[Manifest]]) -> H
             if cluster is None or vn is None:
                 continue
             for attachment in vm.obj.spec.network_attachments:
-                _tenant, segment = segment_of(vm.tenant, attachment)
-                groups = out.setdefault((vm.tenant, segment, cluster), {})
+                groups = out.setdefault((vm.tenant, segment_of(vm.tenant, attachment),
+                                         cluster), {})
                 for group in attachment.security_groups:
                     groups.setdefault((vn, group), set()).add(vm.name)
     return out
@@ -172,19 +175,25 @@ def _provider_network_objects(model: Model, allocations: Allocations, manager: s
         }, immutable_fields=("spec.network",),
             identity={"owner": immutable_values(provider.obj), "network": body})
         for tenant in allowed:
-            if model.tenants is not None and tenant not in model.tenants:
-                continue  # another tenant's namespace: not in this scope
-            members = hosted.get((tenant, provider.name, cluster.name), {})
-            by_network: dict[str, dict[str, set[str]]] = {}
-            for (vn, group), vms in members.items():
-                by_network.setdefault(vn, {})[group] = vms
-            workloads = bridged.get(tenant, [])
-            yield _Policies(model, allocations, manager, config, cluster.name, segment,
-                            tenant, "", workloads).isolation()
-            for vn, groups in sorted(by_network.items()):
-                yield from _Policies(model, allocations, manager, config, cluster.name,
-                                     segment, tenant, vn, workloads).objects(groups,
-                                                                             qualified=True)
+            if model.tenants is None or tenant in model.tenants:  # else not in this scope
+                members = hosted.get((tenant, (None, provider.name), cluster.name), {})
+                yield from _provider_policies(model, allocations, manager, config, cluster.name,
+                                              segment, tenant, members, bridged.get(tenant, []))
+
+
+def _provider_policies(model: Model, allocations: Allocations, manager: str,
+                       config: KubernetesConfig, cluster: str, segment: _Segment, tenant: str,
+                       members: dict[tuple[str, str], set[str]], workloads: list[Manifest]
+                       ) -> Iterator[BackendObject]:
+    """In one tenant's namespace: the isolation, and its VMs' groups per network."""
+    by_network: dict[str, dict[str, set[str]]] = {}
+    for (vn, group), vms in members.items():
+        by_network.setdefault(vn, {})[group] = vms
+    yield _Policies(model, allocations, manager, config, cluster, segment, tenant, "",
+                    workloads).isolation()
+    for vn, groups in sorted(by_network.items()):
+        yield from _Policies(model, allocations, manager, config, cluster, segment, tenant, vn,
+                             workloads).objects(groups, qualified=True)
 
 
 def _bridged_tenants(model: Model, manager: str) -> set[str]:
