@@ -163,7 +163,7 @@ def test_the_binding_names_the_provider_networks_cudn() -> None:
     binding = json.loads(configmap.fields["data"]["vm.web-k1.json"])
     services = binding["attachments"][1]
     assert services["providerNetwork"] == "services-a" and services["primary"] is False
-    assert services["segmentId"] == 1990 and services["ipv4"]["gateway"] is None
+    assert services["segmentId"] == 1950 and services["ipv4"]["gateway"] is None
     assert services["dnsServers"] == ["192.168.80.10"]
     [element] = services["clusters"]
     assert element["network"] == "unet-pn.services-a"

@@ -671,7 +671,7 @@ def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) 
         tags = {o.owner: o.fields["tag_request"] for o in session.observe().objects
                 if o.table == "Logical_Switch_Port" and o.key.endswith("/localnet")
                 and o.owner.startswith(("Subnet/", "ProviderNetwork/"))}
-    assert len(tags) == 6 and tags["ProviderNetwork/services-a"] == 1990  # storage-b: no CUDN
+    assert len(tags) == 6 and tags["ProviderNetwork/services-a"] == 1950  # storage-b: no CUDN
     for cluster in env.clusters.values():
         for cudn in cluster.objects(CUDNS):
             owner = cudn["metadata"]["annotations"]["network.osac.io/owner"]
