@@ -219,6 +219,12 @@ def test_a_provider_network_without_the_vms_k8s_manager_is_refused() -> None:
     _web_k1(files)["spec"].pop("hostingCluster")
     assert _errors(files) == set(), "the same VM on the fabric may"
 
+    # A VM whose own class has no k8sManager: its hostingCluster is the one mistake.
+    _web_k1(files)["spec"]["hostingCluster"] = "hosting-a1"
+    files["tenants/acme/network.yaml"][0]["spec"]["networkClass"] = "fabric-a"
+    errors = {code for code, _file, _path in _errors(files)}
+    assert errors == {"HOSTING_CLUSTER_UNKNOWN"}, errors
+
 
 def test_show_bindings_reads_the_provider_address_from_the_live_fabric(
         lab: OvnLab, repo: Path, tmp_path: Path) -> None:

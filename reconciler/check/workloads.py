@@ -171,8 +171,8 @@ def _bridged_to_its_cluster(ctx: Context, workload: Manifest, path: Path_, netwo
     if mine is None or theirs is None:
         return True  # the class is reported
     wanted, has = mine.obj.spec.k8s_manager, theirs.obj.spec.k8s_manager
-    if has is not None and has == wanted:
-        return True
+    if wanted is None or has == wanted:
+        return True  # (no k8sManager of its own: its hostingCluster is reported)
     why = f"its NetworkClass '{theirs.name}' has no k8sManager" if has is None else \
         f"its NetworkClass '{theirs.name}' bridges it to the hosting clusters of k8sManager " \
         f"'{has}', not of '{wanted}'"
