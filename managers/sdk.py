@@ -53,6 +53,7 @@ from unet.reconciler.models import (
     attachment_identity,
     immutable_values,
     port_identity,
+    primary_index,
     protocol_families,
     segment_of,
 )
@@ -134,6 +135,7 @@ __all__ = [
     "parse_network",
     "port_identity",
     "port_key",
+    "primary_index",
     "process_alive",
     "protocol_families",
     "router_gateway_key",

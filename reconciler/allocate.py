@@ -27,7 +27,7 @@ from .check.context import AddressSpace
 from .check.netutil import address as parse_address
 from .load import Path_
 from .model import Model
-from .models import Family, NetworkAttachment, segment_of
+from .models import Family, NetworkAttachment, primary_index, segment_of
 from .objects import UNKNOWN, Held
 from .schema import Manifest
 
@@ -379,7 +379,9 @@ class _Allocator:
         out: list[tuple[str, str | None, Manifest, str]] = []
         for cluster in self.model.workloads_by_subnet.get((subnet.tenant, subnet.name), ()):
             spec = cluster.obj.spec
-            if cluster.kind != "Cluster" or spec.network_attachments[0].subnet != subnet.name:
+            primary = spec.network_attachments[primary_index(spec.network_attachments)] \
+                if cluster.kind == "Cluster" else None
+            if primary is None or primary.subnet != subnet.name:
                 continue
             for endpoint, field_name, fixed in (("api", "apiVip", spec.api_vip),
                                                 ("ingress", "ingressVip", spec.ingress_vip)):

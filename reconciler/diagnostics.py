@@ -170,9 +170,12 @@ CODES: dict[str, CodeInfo] = {
     ),
     "PROVIDER_NETWORK_ATTACHMENT_INVALID": CodeInfo(
         "Workloads", _E, "an attachment names both or neither of `subnet` and `providerNetwork`, "
-        "or attaches a provider network as primary, from a Cluster or a hosted VM, from another "
-        "region or fabric manager, overlapping the workload's network or sharing no address "
-        "family with it"
+        "or attaches a provider network as primary, from another region or fabric manager, "
+        "overlapping the workload's network or sharing no address family with it"
+    ),
+    "PROVIDER_NETWORK_NOT_BRIDGED": CodeInfo(
+        "Workloads", _E, "a VM on a hosting cluster attaches to a provider network whose "
+        "class has no k8sManager, or another one: no localnet for it on the VM's cluster"
     ),
     "PRIMARY_INVALID": CodeInfo(
         "Workloads", _E, "not exactly one primary among several attachments"
@@ -184,7 +187,8 @@ CODES: dict[str, CodeInfo] = {
         "Workloads", _E, "unknown on the HostType, `lifecycle`, or used twice"
     ),
     "CLUSTER_CIDR_OVERLAP": CodeInfo(
-        "Workloads", _E, "pod/service CIDRs overlap each other, the subnet or the VN"
+        "Workloads", _E, "pod/service CIDRs overlap each other, the VN, the subnet or a "
+        "provider network the Cluster attaches to"
     ),
     "HOSTING_CLUSTER_UNKNOWN": CodeInfo(
         "Workloads", _E, "`hostingCluster` is not a cluster of the network's k8sManager"

@@ -556,6 +556,12 @@ def port_identity(attachments: list[NetworkAttachment]) -> Any:
     return identities[0] if len(identities) == 1 else identities
 
 
+def primary_index(attachments: list[NetworkAttachment]) -> int:
+    """The attachment DNAT, a Cluster's VIPs and the default route go to: the one marked
+    primary, or the only one."""
+    return next((i for i, a in enumerate(attachments) if a.primary), 0)
+
+
 def first_subnet(attachments: list[NetworkAttachment]) -> str | None:
     """The first of a workload's attachments on its own network (not a provider's)."""
     return next((a.subnet for a in attachments if a.subnet is not None), None)
@@ -602,7 +608,11 @@ class ClusterNetwork(_Model):
 
 
 class ClusterSpec(_Model):
-    network_attachments: list[NetworkAttachment] = Field(min_length=1, max_length=1)
+    # OSAC's field is repeated: the nodes' NICs. The VIPs are on the primary attachment's
+    # subnet; the others are secondary NICs (a second subnet, or a provider network).
+    network_attachments: list[NetworkAttachment] = Field(
+        min_length=1, max_length=8,
+        description="1..8; with several, exactly one is primary (the VIPs' subnet)")
     network: ClusterNetwork = Field(default_factory=ClusterNetwork)
     api_vip: Address | None = None
     ingress_vip: Address | None = None

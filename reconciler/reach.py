@@ -29,6 +29,7 @@ from .allocate import Allocations, external_key, ip_of_port, port_key, vip_key
 from .check.netutil import network
 from .model import Model
 from .models import Family, segment_of
+from .models import primary_index as primary_of
 from .schema import Manifest
 
 INTERNET = "internet"
@@ -194,7 +195,7 @@ class Reachability:
                           tuple(attachment.security_groups),
                           {v: self._value(ip_of_port(port, v)) for v in sorted(families)},
                           self.model.hosting_cluster(workload))
-                if workload.kind == "Cluster" and index == 0:
+                if workload.kind == "Cluster" and index == primary_index(workload):
                     for endpoint in ("api", "ingress"):
                         vip = self._value(vip_key(workload.tenant, workload.name, endpoint))
                         if vip is not None:
@@ -333,8 +334,7 @@ class Reachability:
 
 def primary_index(workload: Manifest) -> int:
     """The attachment DNAT and the default route go to: the one marked, or the only one."""
-    return next((i for i, a in enumerate(workload.obj.spec.network_attachments) if a.primary),
-                0)
+    return primary_of(workload.obj.spec.network_attachments)
 
 
 def _smaller(a: netaddr.IPNetwork, b: netaddr.IPNetwork) -> netaddr.IPNetwork:

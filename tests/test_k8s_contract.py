@@ -35,6 +35,8 @@ from .test_plan_truth import SUBNET_AAA
 CUDNS, POOLS, ADVERTISEMENTS = "clusteruserdefinednetworks", "ipaddresspools", \
     "l2advertisements"
 SUBNETS = ["unet.acme.db", "unet.acme.nodes", "unet.acme.web", "unet.initech.build"]
+#: The CUDNs: the subnets' and the provider's services-a (its class has this k8sManager)
+NETWORKS = ["unet-pn.services-a", *SUBNETS]
 
 
 @dataclass
@@ -166,17 +168,19 @@ def test_contract_plan_shows_objects_per_cluster_and_apply_writes_them(env: Env)
     for cluster in ("hosting-a1", "hosting-a2"):
         for kind in ("ClusterUserDefinedNetwork", "IPAddressPool", "L2Advertisement"):
             assert f"+ {kind} unet.acme.web on cluster {cluster}" in out
-        assert f"  {cluster}: 0 of 4 subnets ready (not yet: Subnet/acme/db," in out
+        assert f"  {cluster}: 0 of 4 subnets ready, 0 of 1 provider networks (not yet: " \
+               "Subnet/acme/db," in out
+    assert "Provider networks ready on every hosting cluster: 0 of 1" in out
     assert "Subnets ready on every hosting cluster: 0 of 4" in out
     assert env.names("hosting-a1", CUDNS) == []  # a plan writes nothing but its Lease
 
     code, out, err = env.apply()
     assert code == 0, err
-    assert "Apply complete: 37 created, 0 updated, 0 deleted" in out
+    assert "Apply complete: 42 created, 0 updated, 0 deleted" in out
     assert "  hosting-a1: 4 of 4 subnets ready" in out
     assert "Subnets ready on every hosting cluster: 4 of 4" in out
     for name, cluster in env.clusters.items():
-        assert env.names(name, CUDNS) == SUBNETS
+        assert env.names(name, CUDNS) == NETWORKS
         assert env.names(name, POOLS) == SUBNETS == env.names(name, ADVERTISEMENTS)
         web = cluster.get(CUDNS, "unet.acme.web")
         assert web is not None
@@ -209,7 +213,7 @@ def test_contract_plan_shows_objects_per_cluster_and_apply_writes_them(env: Env)
 def test_contract_plan_json_carries_the_per_cluster_report(applied: Env) -> None:
     document = applied.plan_json()
     report = document["backend_report"]["kubernetes"]
-    assert "  hosting-a2: 4 of 4 subnets ready" in report
+    assert "  hosting-a2: 4 of 4 subnets ready, 1 of 1 provider networks" in report
     assert not document["has_changes"]
 
 
@@ -219,7 +223,7 @@ def test_contract_saved_plan_applies_and_then_is_stale(env: Env) -> None:
     assert code == 0
     code, out, err = env.unet("apply", str(plan), "--auto-approve")
     assert code == 0, err
-    assert "Apply complete: 37 created" in out
+    assert "Apply complete: 42 created" in out
     code, _, err = env.unet("apply", str(plan), "--auto-approve")
     assert code == 1 and "the backends changed since the plan was made" in err
 
@@ -255,7 +259,8 @@ def test_contract_drift_is_detected_and_repaired(applied: Env) -> None:
         in drift
     assert "~ ClusterUserDefinedNetwork unet.acme.db on cluster hosting-a1" in drift
     assert "+ ClusterUserDefinedNetwork unet.acme.nodes on cluster hosting-a2" in drift
-    assert "hosting-a2: 3 of 4 subnets ready (not yet: Subnet/acme/nodes)" in out
+    assert "hosting-a2: 3 of 4 subnets ready, 1 of 1 provider networks (not yet: " \
+           "Subnet/acme/nodes)" in out
 
     code, out, err = applied.apply()
     assert code == 0, err
@@ -356,7 +361,7 @@ def test_contract_prune_deletes_only_ours(applied: Env) -> None:
     code, out, err = applied.apply()
     assert code == 0, err
     assert "Apply complete: 0 created, 0 updated, 10 deleted" in out
-    assert applied.names("hosting-a1", CUDNS) == ["team-net", *SUBNETS[:3]]
+    assert applied.names("hosting-a1", CUDNS) == ["team-net", *NETWORKS[:4]]
     assert applied.names("hosting-a2", POOLS) == SUBNETS[:3]
 
 
@@ -425,8 +430,8 @@ def test_contract_an_unreachable_cluster_fails_the_plan_and_nothing_is_applied(
     env.point()  # hosting-a2 is back
     code, out, err = env.apply()
     assert code == 0, err
-    assert "Apply complete: 37 created" in out
-    assert env.names("hosting-a2", CUDNS) == SUBNETS
+    assert "Apply complete: 42 created" in out
+    assert env.names("hosting-a2", CUDNS) == NETWORKS
     assert env.plan("--detailed-exitcode")[0] == 0
 
 
@@ -463,7 +468,7 @@ def test_contract_missing_crd_names_the_crd(make_env: Any, plain_404: bool) -> N
     code, out, err = env.apply()
     assert code == 1
     assert message in err
-    assert env.names("hosting-a2", CUDNS) == SUBNETS  # what can be applied, is
+    assert env.names("hosting-a2", CUDNS) == NETWORKS  # what can be applied, is
     assert env.names("hosting-a1", POOLS) == SUBNETS
     assert "hosting-a2: 0 of 4 subnets ready" in out
 
@@ -542,7 +547,7 @@ def test_contract_rbac_denial_names_verb_and_resource(make_env: Any) -> None:
             ' "metallb-system"); grant the verb \'patch\' on resource \'ipaddresspools\' in '
             "API group 'metallb.io'") in err
     assert "not tried: it needs hosting-a1/IPAddressPool/metallb-system/unet.acme.db" in err
-    assert env.names("hosting-a1", CUDNS) == SUBNETS
+    assert env.names("hosting-a1", CUDNS) == NETWORKS
     assert env.names("hosting-a1", POOLS) == []
     assert env.names("hosting-a2", POOLS) == SUBNETS
 
@@ -665,8 +670,8 @@ def test_contract_ovn_and_kubernetes_share_the_segment_and_fail_apart(env: Env) 
     with ovn.connect(env.repo) as session:
         tags = {o.owner: o.fields["tag_request"] for o in session.observe().objects
                 if o.table == "Logical_Switch_Port" and o.key.endswith("/localnet")
-                and o.owner.startswith("Subnet/")}
-    assert len(tags) == 4
+                and o.owner.startswith(("Subnet/", "ProviderNetwork/"))}
+    assert len(tags) == 6 and tags["ProviderNetwork/services-a"] == 1950  # storage-b: no CUDN
     for cluster in env.clusters.values():
         for cudn in cluster.objects(CUDNS):
             owner = cudn["metadata"]["annotations"]["network.osac.io/owner"]
@@ -690,7 +695,7 @@ def test_contract_kubernetes_alone_reads_the_segments_ovn_allocated(env: Env) ->
     with ovn.connect(env.repo) as session:
         tags = {o.owner: o.fields["tag_request"] for o in session.observe().objects
                 if o.table == "Logical_Switch_Port" and o.key.endswith("/localnet")
-                and o.owner.startswith("Subnet/")}
+                and o.owner.startswith(("Subnet/", "ProviderNetwork/"))}
     assert tags["Subnet/acme/aaa"] != min(tags.values())
     for cluster in env.clusters.values():
         for cudn in cluster.objects(CUDNS):

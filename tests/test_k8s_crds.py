@@ -62,6 +62,10 @@ def test_example_renders_every_kind_for_both_clusters(rendered: list[Any]) -> No
         + [f"{cluster}/MultiNetworkPolicy/{s.split('.')[0]}/unet.{s.split('.')[1]}"
            for cluster in clusters for s in subnets]
         + ["hosting-a1/MultiNetworkPolicy/acme/unet.web.web"]  # web-k1 runs there
+        # the provider's services-a (its class has this k8sManager), for acme's namespace
+        + [f"{cluster}/{kind}/unet-pn.services-a" for cluster in clusters
+           for kind in (CUDN, "MultiNetworkPolicy/acme")]
+        + ["hosting-a1/MultiNetworkPolicy/acme/unet-pn.services-a.prod.web"]
         + [f"{cluster}/ConfigMap/{tenant}/unet-bindings.kubernetes" for cluster in clusters
            for tenant in ("acme", "initech")])
     web = next(o for o in rendered if o.key == f"hosting-a1/{CUDN}/unet.acme.web")
@@ -81,7 +85,7 @@ def test_example_renders_every_kind_for_both_clusters(rendered: list[Any]) -> No
 
 
 @pytest.mark.parametrize(("kind", "count"), [
-    (CUDN, 8), ("IPAddressPool", 8), ("L2Advertisement", 8), ("MultiNetworkPolicy", 9),
+    (CUDN, 10), ("IPAddressPool", 8), ("L2Advertisement", 8), ("MultiNetworkPolicy", 12),
     ("ConfigMap", 4)])
 def test_every_rendered_object_validates_against_the_upstream_crd(rendered: list[Any],
                                                                   kind: str, count: int) -> None:
@@ -97,7 +101,7 @@ def test_the_segment_id_is_the_one_the_ovn_localnet_port_uses() -> None:
     ports = {o.owner: o.fields["tag_request"] for o in objects
              if o.manager == "ovn" and o.key.endswith("/localnet")
              and o.owner.startswith("Subnet/")}
-    cudns = [o for o in objects if o.table == CUDN]
+    cudns = [o for o in objects if o.table == CUDN and o.owner.startswith("Subnet/")]
     assert len(ports) == 4 and len(cudns) == 8
     for cudn in cudns:
         assert cudn.fields["spec"]["network"]["localnet"]["vlan"]["access"]["id"] == \

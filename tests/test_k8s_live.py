@@ -48,6 +48,8 @@ GROUPS = {"clusteruserdefinednetworks": ("k8s.ovn.org", "v1"),
 #: The example's tenants: their namespaces, labelled for them.
 TENANTS = ("acme", "initech")
 SUBNETS = ["unet.acme.db", "unet.acme.nodes", "unet.acme.web", "unet.initech.build"]
+#: The CUDNs: the subnets' and the provider's services-a (its class has this k8sManager)
+NETWORKS = ["unet-pn.services-a", *SUBNETS]
 
 
 def _context() -> str:
@@ -204,16 +206,17 @@ def test_live_apply_observe_drift_and_replace(live: Live) -> None:
     assert "+ ClusterUserDefinedNetwork unet.acme.web on cluster live" in out
     code, out, err = live.apply()
     assert code == 0, err
-    assert "Apply complete: 19 created" in out
+    assert "Apply complete: 22 created" in out
     assert "Subnets ready on every hosting cluster: 4 of 4" in out
     assert live.names("multi-networkpolicies") == [
+        "unet-pn.services-a", "unet-pn.services-a.prod.web",
         "unet.build", "unet.db", "unet.nodes", "unet.web", "unet.web.web"]
     from kubernetes import client
 
     bindings = client.CoreV1Api(live.api).read_namespaced_config_map(
         "unet-bindings.kubernetes", "acme")
     assert "vm.web-k1.json" in bindings.data
-    assert live.names("clusteruserdefinednetworks") == SUBNETS
+    assert live.names("clusteruserdefinednetworks") == NETWORKS
     assert live.names("ipaddresspools") == SUBNETS == live.names("l2advertisements")
     web = next(o for o in live.ours("clusteruserdefinednetworks")
                if o["metadata"]["name"] == "unet.acme.web")
@@ -288,7 +291,7 @@ def test_live_unreachable_cluster_fails_only_its_steps(live: Live) -> None:
     code, out, err = live.apply()
     assert code == 1
     assert "cluster gone (context gone) is unreachable" in err and "connection refused" in err
-    assert live.names("clusteruserdefinednetworks") == SUBNETS
+    assert live.names("clusteruserdefinednetworks") == NETWORKS
     assert "live: 4 of 4 subnets ready" in out
 
 
@@ -362,7 +365,7 @@ def test_live_rbac_denial_names_verb_and_resource(live: Live) -> None:
         assert "RBAC: the credentials of cluster live (context restricted) may not patch " \
                "ipaddresspools.metallb.io" in err
         assert "403 Forbidden" in err
-        assert live.names("clusteruserdefinednetworks") == SUBNETS
+        assert live.names("clusteruserdefinednetworks") == NETWORKS
     finally:
         core.delete_namespaced_service_account(name, "unet-system")
         rbac.delete_cluster_role(name)

@@ -178,5 +178,7 @@ def test_without_a_nat_gateway_routes_to_appliances_inside_stay_open() -> None:
                                            if d["kind"] != "NATGateway"]
     acls = [o.fields["match"] for o in render_desired(validate_memory(files), {}).objects
             if o.table == "ACL" and o.fields["priority"] == 1003]
+    # (and services-a, the provider network k1 and web-k1 attach to)
     assert acls == ["inport == @unet.acme.prod && ip4 && ct.new && ip4.dst != "
-                    "{10.10.0.0/16, 172.16.0.0/12, 255.255.255.255, 224.0.0.0/4}"]
+                    "{10.10.0.0/16, 172.16.0.0/12, 192.168.80.0/24, 255.255.255.255, "
+                    "224.0.0.0/4}"]

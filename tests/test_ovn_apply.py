@@ -111,9 +111,10 @@ def test_apply_example_builds_the_network_and_northd_compiles_it(
     assert "(outport == @unet.acme.prod.web && ip4 && tcp.dst == 443) allow-related" in acls
     assert "ip4.src == 192.0.2.0/24 && tcp.dst == 22) allow-related" in acls
     db_acls = lab.nbctl("--type=port-group", "acl-list", "unet.acme.prod.db")
-    # group web's members: its ports, and web-k1's address on a hosting cluster
-    assert "ip4.src == {$unet.acme.prod.web_ip4,$unet_hosted.acme.web_k1.0_ip4} && " \
-           "tcp.dst == 5432" in db_acls
+    # group web's members: its ports, and web-k1's addresses on a hosting cluster (on web,
+    # and on the provider's services-a)
+    assert "ip4.src == {$unet.acme.prod.web_ip4,$unet_hosted.acme.web_k1.0_ip4," \
+           "$unet_hosted.acme.web_k1.1_ip4} && tcp.dst == 5432" in db_acls
     assert "drop" in lab.nbctl("--type=port-group", "acl-list", "unet.acme.prod")
     assert all(r["external_ids"].get("unet:installation") == INSTALLATION
                for r in rows(lab.nb_remote, "ACL"))

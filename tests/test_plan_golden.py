@@ -252,8 +252,10 @@ def test_change_immutable_subnet_cidr(tmp_path: Path, example: Validation) -> No
     for change in doc["backend_changes"]:
         if change["actions"] == ["delete", "create"]:
             assert waves[f"delete {change['id']}"] < waves[f"create {change['id']}"]
-    # The cluster's port moves with its switch; allocations survive the replace.
-    [port] = changes_of(doc, "Cluster/acme/k1")
+    # The cluster's port moves with its switch; allocations survive the replace. Its
+    # second NIC, on the provider's services-a, stays as it is.
+    port, services = changes_of(doc, "Cluster/acme/k1")
+    assert services["key"].endswith("/k1/1") and services["actions"] == ["no-op"]
     assert port["actions"] == ["delete", "create"]
     assert port["after"]["fields"]["addresses"][0].split()[0] == \
         port["before"]["fields"]["addresses"][0].split()[0]  # the MAC

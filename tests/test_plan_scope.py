@@ -31,6 +31,15 @@ def _add_vm(repo: Path) -> None:
     path.write_text(text + "\n---\n" + first.replace("name: web-1", "name: web-9", 1))
 
 
+def _add_vm_alone(repo: Path) -> None:
+    """In a file of its own: compute.yaml also holds web-k1, whose NIC on a provider
+    network puts a change of that file's manifests in every tenant's scope."""
+    text = (repo / "tenants/acme/compute.yaml").read_text()
+    first = text.split("\n---\n")[1]
+    (repo / "tenants/acme/web-9.yaml").write_text(first.replace("name: web-1", "name: web-9",
+                                                                1))
+
+
 def _new_public_address(repo: Path) -> None:
     path = repo / "tenants/initech/external.yaml"
     text = path.read_text()
@@ -50,7 +59,8 @@ def _change_pool(repo: Path) -> None:
 
 
 EDITS: dict[str, tuple[Callable[[Path], None], frozenset[str] | None]] = {
-    "add a VM": (_add_vm, frozenset({"acme"})),
+    "add a VM": (_add_vm_alone, frozenset({"acme"})),
+    "add a VM beside one on a provider network": (_add_vm, None),
     "a new address from a shared pool": (_new_public_address, frozenset({"initech"})),
     "remove a tenant": (_remove_tenant, frozenset({"initech"})),
     "change a provider pool": (_change_pool, None),

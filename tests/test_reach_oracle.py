@@ -1,7 +1,8 @@
 """The reachability model (reconciler/reach.py, reach_query.py) against ovn-trace.
 
 Hypothesis writes small random repos (one or two tenants, networks, subnets with and
-without gateways, workloads with one or two NICs, security groups with random rules whose
+without gateways, workloads with one or two NICs (a Cluster among them, whose primary NIC,
+holding its VIPs, may be its second), security groups with random rules whose
 remotes are CIDRs or groups, the implicit `default` group, external addresses with and
 without port forwards, NAT gateways), unet applies each to a real Northbound, and for many
 questions per repo the model's `allowed` must be what ovn-trace says a first packet
@@ -66,6 +67,7 @@ class Net:
     groups: list[str]
     workloads: dict[str, int]  # name → number of NICs
     public: list[str] = field(default_factory=list)  # ExternalIPs attached to its workloads
+    primary: dict[str, int] = field(default_factory=dict)  # name → its primary NIC
 
 
 @dataclass
@@ -168,8 +170,12 @@ def _subnets(draw: st.DrawFn, net: Net) -> tuple[list[dict[str, Any]], set[str]]
 
 @st.composite
 def _workloads(draw: st.DrawFn, net: Net) -> list[dict[str, Any]]:
+    """VMs (`-w`), and maybe a Cluster (`-k0`) whose primary NIC, holding its VIPs, may be
+    its second one."""
     docs = []
-    for name in [f"{net.name}-w{i}" for i in range(draw(st.integers(1, 3)))]:
+    names = [f"{net.name}-w{i}" for i in range(draw(st.integers(1, 3)))]
+    names += [f"{net.name}-k0"] * draw(st.integers(0, 1))
+    for name in names:
         attachments = []
         for subnet in draw(st.lists(st.sampled_from(net.subnets), min_size=1, max_size=2)):
             attachment: dict[str, Any] = {"subnet": subnet}
@@ -178,11 +184,18 @@ def _workloads(draw: st.DrawFn, net: Net) -> list[dict[str, Any]]:
             if groups:
                 attachment["securityGroups"] = groups
             attachments.append(attachment)
+        primary = draw(st.integers(0, len(attachments) - 1)) if _kind(name) == "Cluster" \
+            else 0
         if len(attachments) > 1:
-            attachments[0]["primary"] = True
+            attachments[primary]["primary"] = True
         net.workloads[name] = len(attachments)
-        docs.append(manifest("ComputeInstance", name, {"networkAttachments": attachments}))
+        net.primary[name] = primary
+        docs.append(manifest(_kind(name), name, {"networkAttachments": attachments}))
     return docs
+
+
+def _kind(workload: str) -> str:
+    return "Cluster" if workload.rsplit("-", 1)[-1].startswith("k") else "ComputeInstance"
 
 
 @st.composite
@@ -195,12 +208,14 @@ def _external(draw: st.DrawFn, net: Net, workloads: list[dict[str, Any]],
         docs += [manifest("ExternalIP", f"{net.name}-nat", {"pool": "public"}),
                  manifest("NATGateway", net.name, {"virtualNetwork": net.name,
                                                    "externalIP": f"{net.name}-nat"})]
-    targets = [w["metadata"]["name"] for w in workloads
-               if w["spec"]["networkAttachments"][0]["subnet"] in routed]
+    targets = [w["metadata"]["name"] for w in workloads if w["spec"]["networkAttachments"][
+        net.primary[w["metadata"]["name"]]]["subnet"] in routed]
     if targets and draw(st.booleans()):
         target, name = draw(st.sampled_from(targets)), f"{net.name}-pub"
         spec: dict[str, Any] = {"externalIP": name,
-                                "target": {"kind": "ComputeInstance", "name": target}}
+                                "target": {"kind": _kind(target), "name": target}}
+        if _kind(target) == "Cluster":
+            spec["target"]["endpoint"] = draw(st.sampled_from(("api", "ingress")))
         if draw(st.booleans()):
             spec["ports"] = [{"protocol": draw(st.sampled_from(("tcp", "udp"))),
                               "externalPort": external, "internalPort": internal}
@@ -312,12 +327,12 @@ class Wire:
 
     def port(self, nic: str) -> Port:
         tenant, workload, index = nic.split("/")
-        return self.nb.port(tenant, "ComputeInstance", workload, int(index))
+        return self.nb.port(tenant, _kind(workload), workload, int(index))
 
     def gateway_mac(self, nic: str) -> str | None:
         """The MAC of the router port on the NIC's subnet (None: the subnet has none)."""
         tenant, workload, index = nic.split("/")
-        row = self.nb.row(f"Logical_Switch_Port/{tenant}/ComputeInstance/{workload}/{index}")
+        row = self.nb.row(f"Logical_Switch_Port/{tenant}/{_kind(workload)}/{workload}/{index}")
         switch = next(r for r in self.nb.rows.values() if r["_table"] == "Logical_Switch"
                       and row["_uuid"] in _list(r["ports"]))
         tag = switch["external_ids"]["unet:key"].replace("Logical_Switch/",
@@ -346,9 +361,13 @@ class Wire:
         return False
 
     def _target(self, address: str) -> Port:
-        """The NIC a public address leads to (the primary: attachment 0 here)."""
+        """The NIC a public address leads to: the target's primary (a Cluster's holds the
+        VIP the address leads to)."""
         key = next(k for k, a in self.addresses.items() if a == address)
-        return self.port(f"{key[0]}/{self.repo.public[key]}/0")
+        workload = self.repo.public[key]
+        primary = next(n.primary.get(workload, 0) for n in self.repo.nets
+                       if n.tenant == key[0] and workload in n.workloads)
+        return self.port(f"{key[0]}/{workload}/{primary}")
 
     def _across(self, question: Question) -> bool:
         source, mac = self.port(question.source), self.gateway_mac(question.source)
@@ -410,6 +429,10 @@ def test_the_model_answers_as_ovn_trace(repo: Repo, data: st.DataObject,
         reach = _model(fabric.repo)
         wire = Wire(fabric, repo)
         _same_addresses(reach, wire)
+        for target in repo.public.values():
+            event(f"public address of a {_kind(target)}")
+        if any(p for n in repo.nets for w, p in n.primary.items() if _kind(w) == "Cluster"):
+            event("a Cluster whose primary NIC is its second")
         asked = data.draw(st.lists(questions(repo, wire.addresses), min_size=20, max_size=30),
                           label="questions")
         wrong = []

@@ -71,16 +71,19 @@ class KubernetesManager(ClusterManager):
 
     def bindings(self, workload: Manifest, index: int, binding: Mapping[str, Any]
                  ) -> list[dict[str, Any]]:
-        """A VM on one of these clusters attaches to its subnet's network there, asking for
-        unet's addresses and MAC; its pod carries the label the policies select."""
+        """A VM on one of these clusters attaches to its subnet's (or provider network's)
+        network there, asking for unet's addresses and MAC; its pod carries the label the
+        policies select."""
 
-        from .render import LABEL_INSTANCE, object_name
+        from .render import LABEL_INSTANCE, object_name, provider_object_name
 
         cluster = Model.hosting_cluster(workload)
         if cluster not in self.hosting_clusters():
             return []
         namespace = self.config.namespace_of(workload.tenant)
-        network = object_name(workload.tenant, binding["subnet"])
+        network = object_name(workload.tenant, binding["subnet"]) \
+            if binding["providerNetwork"] is None else provider_object_name(
+                binding["providerNetwork"])
         families = [binding[f"ipv{v}"] for v in (4, 6) if binding[f"ipv{v}"] is not None]
         known = all(f["address"] for f in families)
         ips = [f"{f['address']}/{f['prefixLength']}" for f in families] if known else None

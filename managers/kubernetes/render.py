@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import netaddr
@@ -35,7 +36,9 @@ from unet.managers.sdk import (
     immutable_values,
     ip_of_port,
     port_key,
+    primary_index,
     segment_key,
+    segment_of,
     vip_key,
     workload_binding,
 )
@@ -74,6 +77,12 @@ def object_name(tenant: str | None, subnet: str) -> str:
     return f"unet.{tenant}.{subnet}"
 
 
+def provider_object_name(network: str) -> str:
+    """A ProviderNetwork's CUDN, as its OVN switch is named: never a subnet's
+    `unet.<tenant>.<subnet>`."""
+    return f"unet-pn.{network}"
+
+
 def render(model: Model, allocations: Allocations, manager: ClusterManager,
            config: KubernetesConfig) -> list[BackendObject]:
     out: list[BackendObject] = []
@@ -90,31 +99,110 @@ def render(model: Model, allocations: Allocations, manager: ClusterManager,
         if cls is None or cls.obj.spec.k8s_manager != manager.manager:
             continue
         tenants.add(subnet.tenant)
+        segment = _Segment(object_name(subnet.tenant, subnet.name), f"unet.{subnet.name}",
+                           subnet.ref)
+        vn = subnet.obj.spec.virtual_network
         for cluster in config.clusters:
             out.extend(_subnet_objects(model, allocations, manager.manager, config,
                                        cluster.name, subnet))
-            members = hosted.get((subnet.tenant, subnet.name, cluster.name), {})
-            out.extend(_Policies(model, allocations, manager.manager, config, cluster.name,
-                                 subnet, bridged.get(subnet.tenant, [])).objects(members))
+            policies = _Policies(model, allocations, manager.manager, config, cluster.name,
+                                 segment, subnet.tenant, vn, bridged.get(subnet.tenant, []))
+            out.append(policies.isolation())
+            members = hosted.get((subnet.tenant, (subnet.tenant, subnet.name), cluster.name),
+                                 {})
+            out.extend(policies.objects({g: vms for (_vn, g), vms in members.items()}))
+    for provider in model.kind("ProviderNetwork"):
+        cls = model.provider_network_class(provider.name)
+        if cls is not None and cls.obj.spec.k8s_manager == manager.manager:
+            out.extend(_provider_network_objects(model, allocations, manager.manager, config,
+                                                 provider, hosted, bridged))
     for tenant in sorted(tenants, key=str):
         out.extend(_bindings_maps(model, allocations, manager, config, tenant,
                                   bridged.get(tenant, [])))
     return out
 
 
-def _hosted_groups(model: Model, bridged: dict[str | None, list[Manifest]]
-                   ) -> dict[tuple[str | None, str, str], dict[str, set[str]]]:
-    """(tenant, subnet, cluster) → group → the VMs on that cluster that use it there."""
-    out: dict[tuple[str | None, str, str], dict[str, set[str]]] = {}
+#: (tenant, segment, cluster) → (VirtualNetwork, group) → the VMs on that cluster that use
+#: the group there (groups are their own network's); a segment is (tenant, subnet) or
+#: (None, provider network), as segment_of gives it
+HostedGroups = dict[tuple[str | None, tuple[str | None, str], str],
+                    dict[tuple[str, str], set[str]]]
+
+
+def _hosted_groups(model: Model, bridged: dict[str | None, list[Manifest]]) -> HostedGroups:
+    out: HostedGroups = {}
     for workloads in bridged.values():
         for vm in workloads:
-            cluster = model.hosting_cluster(vm)
-            if cluster is None:
+            cluster, vn = model.hosting_cluster(vm), model.network_of_workload(vm)
+            if cluster is None or vn is None:
                 continue
             for attachment in vm.obj.spec.network_attachments:
-                groups = out.setdefault((vm.tenant, attachment.subnet, cluster), {})
+                groups = out.setdefault((vm.tenant, segment_of(vm.tenant, attachment),
+                                         cluster), {})
                 for group in attachment.security_groups:
-                    groups.setdefault(group, set()).add(vm.name)
+                    groups.setdefault((vn, group), set()).add(vm.name)
+    return out
+
+
+def _provider_network_objects(model: Model, allocations: Allocations, manager: str,
+                              config: KubernetesConfig, provider: Manifest,
+                              hosted: HostedGroups, bridged: dict[str | None, list[Manifest]]
+                              ) -> Iterator[BackendObject]:
+    """A provider's VLAN on every hosting cluster, for the namespaces of the tenants that
+    may use it (its `tenants` that have networks here): a Localnet CUDN on its segment and,
+    per such namespace, the isolation and the groups of the VMs there that attach to it."""
+    allowed = sorted(t for t in _bridged_tenants(model.full, manager)
+                     if t in provider.obj.spec.tenants)
+    if not allowed:
+        return  # a selector of nobody: nothing to bridge
+    name = provider_object_name(provider.name)
+    spec = provider.obj.spec
+    localnet = {"role": "Secondary", "physicalNetworkName": spec.physical_network,
+                "mtu": spec.mtu, "ipam": {"mode": "Disabled"},
+                "vlan": {"mode": "Access", "access": {"id": spec.segment_id}}}
+    body = {"topology": "Localnet", "localnet": localnet}
+    selector = {"matchExpressions": [
+        {"key": config.namespace_label, "operator": "In", "values": allowed},
+        {"key": NAMESPACE_NAME, "operator": "In",
+         "values": sorted({config.namespace_of(t) for t in allowed})}]}
+    segment = _Segment(name, name, provider.ref)
+    for cluster in config.clusters:
+        yield BackendObject(manager, "ClusterUserDefinedNetwork",
+                            f"{cluster.name}/ClusterUserDefinedNetwork/{name}", provider.ref, {
+            "apiVersion": "k8s.ovn.org/v1", "kind": "ClusterUserDefinedNetwork",
+            "metadata": {"name": name},
+            "spec": {"namespaceSelector": selector, "network": body},
+        }, immutable_fields=("spec.network",),
+            identity={"owner": immutable_values(provider.obj), "network": body})
+        for tenant in allowed:
+            if model.tenants is None or tenant in model.tenants:  # else not in this scope
+                members = hosted.get((tenant, (None, provider.name), cluster.name), {})
+                yield from _provider_policies(model, allocations, manager, config, cluster.name,
+                                              segment, tenant, members, bridged.get(tenant, []))
+
+
+def _provider_policies(model: Model, allocations: Allocations, manager: str,
+                       config: KubernetesConfig, cluster: str, segment: _Segment, tenant: str,
+                       members: dict[tuple[str, str], set[str]], workloads: list[Manifest]
+                       ) -> Iterator[BackendObject]:
+    """In one tenant's namespace: the isolation, and its VMs' groups per network."""
+    by_network: dict[str, dict[str, set[str]]] = {}
+    for (vn, group), vms in members.items():
+        by_network.setdefault(vn, {})[group] = vms
+    yield _Policies(model, allocations, manager, config, cluster, segment, tenant, "",
+                    workloads).isolation()
+    for vn, groups in sorted(by_network.items()):
+        yield from _Policies(model, allocations, manager, config, cluster, segment, tenant, vn,
+                             workloads).objects(groups, qualified=True)
+
+
+def _bridged_tenants(model: Model, manager: str) -> set[str]:
+    """The tenants with a network this manager bridges: their namespaces are set up."""
+    out = set()
+    for subnet in model.kind("Subnet"):
+        cls = model.class_of(subnet.tenant, subnet.obj.spec.virtual_network)
+        if cls is not None and cls.obj.spec.k8s_manager == manager and subnet.tenant:
+            out.add(subnet.tenant)
     return out
 
 
@@ -160,33 +248,47 @@ def _subnet_objects(model: Model, allocations: Allocations, manager: str,
     return objects
 
 
+@dataclass(frozen=True)
+class _Segment:
+    """What a tenant's VMs attach to on a cluster: a subnet's or a provider network's CUDN."""
+
+    network: str  # the CUDN's name
+    prefix: str  # of its policies' names in the tenant's namespace
+    owner: str  # the resource its isolation belongs to
+
+
 class _Policies:
-    """The MultiNetworkPolicies of one subnet on one cluster: every pod on the network is
-    isolated (the fabric's default drop), and each security group of the VMs there allows
-    what its rules allow (stateful, as NetworkPolicy is), remote groups as the addresses of
-    their members wherever they run."""
+    """The MultiNetworkPolicies of one segment, tenant and network on one cluster: every pod
+    on the segment is isolated (the fabric's default drop), and each security group of the
+    VMs there allows what its rules allow (stateful, as NetworkPolicy is), remote groups as
+    the addresses of their members wherever they run."""
 
     def __init__(self, model: Model, allocations: Allocations, manager: str,
-                 config: KubernetesConfig, cluster: str, subnet: Manifest,
-                 workloads: list[Manifest]) -> None:
+                 config: KubernetesConfig, cluster: str, segment: _Segment,
+                 tenant: str | None, vn: str, workloads: list[Manifest]) -> None:
         self.model, self.values = model, AllocatedValues(allocations)
         self.workloads = workloads  # the tenant's, of the networks this manager bridges
-        self.manager, self.cluster, self.subnet = manager, cluster, subnet
-        self.tenant, self.vn = subnet.tenant, subnet.obj.spec.virtual_network
-        self.namespace = config.namespace_of(subnet.tenant)
-        self.network = object_name(subnet.tenant, subnet.name)
+        self.manager, self.cluster, self.segment = manager, cluster, segment
+        self.tenant, self.vn = tenant, vn
+        self.namespace = config.namespace_of(tenant)
+        self.network = segment.network
         self.families = sorted(model.network_cidrs(self.tenant, self.vn))
         self.unknown: list[str] = []
 
-    def objects(self, members: dict[str, set[str]]) -> Iterator[BackendObject]:
-        """The isolation, and a policy per group of `members` (group → its VMs here)."""
-        yield self._policy(f"unet.{self.subnet.name}", {}, [], [])
+    def isolation(self) -> BackendObject:
+        return self._policy(self.segment.prefix, {}, [], [])
+
+    def objects(self, members: dict[str, set[str]], qualified: bool = False
+                ) -> Iterator[BackendObject]:
+        """A policy per group of `members` (group → its VMs here); `qualified` names the
+        network too (on a provider network, two networks' groups may meet)."""
         for group, vms in sorted(members.items()):
             self.unknown = []
             ingress, egress = self._rules(group)
             selector = {"matchExpressions": [{"key": LABEL_INSTANCE, "operator": "In",
                                               "values": sorted(vms)}]}
-            yield self._policy(f"unet.{self.subnet.name}.{group}", selector, ingress, egress,
+            name = f"{self.vn}.{group}" if qualified else group
+            yield self._policy(f"{self.segment.prefix}.{name}", selector, ingress, egress,
                                group)
 
     def _declared(self, name: str) -> Manifest | None:
@@ -257,13 +359,14 @@ class _Policies:
         for workload in self.workloads:
             if self.model.network_of_workload(workload) != self.vn:
                 continue
-            for index, attachment in enumerate(workload.obj.spec.network_attachments):
+            attachments = workload.obj.spec.network_attachments
+            for index, attachment in enumerate(attachments):
                 if group not in attachment.security_groups:
                     continue
                 port = port_key(workload, index)
                 keys = [ip_of_port(port, v) for v in self.families
-                        if v in self.model.subnet_spaces(self.tenant, attachment.subnet)]
-                if workload.kind == "Cluster" and index == 0:
+                        if v in self.model.port_spaces(workload, attachment)]
+                if workload.kind == "Cluster" and index == primary_index(attachments):
                     keys += [vip_key(self.tenant, workload.name, e) for e in ("api", "ingress")]
                 for alloc in keys:
                     value = self.values.get(alloc, alloc, self.unknown)
@@ -278,7 +381,7 @@ class _Policies:
             spec["ingress"] = ingress
         if egress:
             spec["egress"] = egress
-        owner = self.subnet.ref
+        owner = self.segment.owner
         if group is not None:
             declared = self._declared(group)
             owner = declared.ref if declared is not None else f"VirtualNetwork/{self.tenant}/" \
@@ -375,8 +478,14 @@ def policy_exposure(obj: BackendObject, model: Model) -> Exposure | None:
             opened.append(f"{what} from {cidr}{world}")
     if not opened:
         return None
-    return Exposure("rule", {"rule": f"{'; '.join(opened)} to {tenant}/{vn}/{group} on "
-                                     f"hosting cluster {cluster}"})
+    # The network it filters (`<namespace>/<CUDN>`): a provider network's is said.
+    cudn = str(obj.fields.get("metadata", {}).get("annotations", {}).get(POLICY_FOR, ""))
+    cudn = cudn.split("/", 1)[-1]
+    prefix = provider_object_name("")
+    where = f" on provider network {cudn.removeprefix(prefix)}" if cudn.startswith(prefix) \
+        else ""
+    return Exposure("rule", {"rule": f"{'; '.join(opened)} to {tenant}/{vn}/{group}{where} "
+                                     f"on hosting cluster {cluster}"})
 
 
 def _what(ports: list[dict[str, Any]] | None) -> str:

@@ -36,7 +36,7 @@ from .codec import classify, status_configmap, to_body
 from .kinds import KINDS
 from .lease import ANNOTATION_APPLIED, Lease, LockTimeout, Renewer
 from .observe import KubernetesObservation, observe_cluster
-from .render import POLICY_FOR
+from .render import POLICY_FOR, provider_object_name
 
 if TYPE_CHECKING:
     from .config import KubernetesConfig
@@ -151,12 +151,15 @@ def _make_room(session: KubernetesSession, cluster: Cluster, obj: BackendObject)
 
 
 def _subnet_of(obj: BackendObject) -> str | None:
-    """The Subnet an object serves (a policy: the network it filters); None: no subnet's."""
+    """The Subnet or ProviderNetwork an object serves (a policy: the network it filters);
+    None: neither's."""
     if obj.table == "MultiNetworkPolicy":
         network = obj.fields["metadata"]["annotations"][POLICY_FOR].split("/", 1)[1]
+        if network.startswith(provider_object_name("")):
+            return f"ProviderNetwork/{network.removeprefix(provider_object_name(''))}"
         _, tenant, subnet = network.split(".", 2)
         return f"Subnet/{tenant}/{subnet}"
-    return obj.owner if obj.owner.startswith("Subnet/") else None
+    return obj.owner if obj.owner.startswith(("Subnet/", "ProviderNetwork/")) else None
 
 
 def readiness_report(session: KubernetesSession, changes: Sequence[Change],
@@ -180,13 +183,19 @@ def readiness_report(session: KubernetesSession, changes: Sequence[Change],
                 not change.action.changes or change.uid in done)
         ready[subnet][cluster_name] = ready[subnet].get(cluster_name, True) and ok
     names = sorted(session.clusters)
+    providers = {o: r for o, r in ready.items() if o.startswith("ProviderNetwork/")}
+    ready = {o: r for o, r in ready.items() if o not in providers}  # the subnets'
     lines = [f"Kubernetes manager {session.manager}: {len(names)} hosting clusters"]
     for name in names:
         cluster = session.clusters[name]
         owners = [o for o in sorted(ready) if name in ready[o]]
         count = sum(1 for o in owners if ready[o][name])
         line = f"  {name}: {count} of {len(owners)} subnets ready"
-        not_ready = [o for o in owners if not ready[o][name]]
+        shared = [o for o in sorted(providers) if name in providers[o]]
+        if shared:
+            line += f", {sum(1 for o in shared if providers[o][name])} of {len(shared)} " \
+                    "provider networks"
+        not_ready = [o for o in owners + shared if not {**ready, **providers}[o][name]]
         if not_ready and cluster.error is None:
             line += f" (not yet: {_some(not_ready)})"
         lines.append(line)
@@ -205,6 +214,11 @@ def readiness_report(session: KubernetesSession, changes: Sequence[Change],
             f"{o} (on {', '.join(n for n in names if not ready[o].get(n, False))})"
             for o in missing])
     lines.append(line)
+    if providers:
+        everywhere = [o for o in sorted(providers)
+                      if all(providers[o].get(n, False) for n in names)]
+        lines.append(f"  Provider networks ready on every hosting cluster: {len(everywhere)} "
+                     f"of {len(providers)}")
     return lines
 
 

@@ -50,11 +50,35 @@ def _provider_port(obj: BackendObject, model: Model) -> str | None:
     """A workload's port on a provider network is reachable by every tenant on it (its
     groups decide what passes): said as what it opens, naming who shares the VLAN."""
     parent = obj.parent[0] if obj.parent is not None else ""
+    if obj.table == "Address_Set":
+        return _hosted_provider_nic(obj, model)
     if obj.table != "Logical_Switch_Port" or obj.fields.get("type") != "" \
             or not parent.startswith("Logical_Switch/None/"):
         return None
-    name = parent.split("/", 2)[2]
+    return _shared(parent.split("/", 2)[2], str(obj.fields.get("name")), model)
+
+
+def _hosted_provider_nic(obj: BackendObject, model: Model) -> str | None:
+    """A VM on a hosting cluster has no port here, but the Address_Set of its NIC on a
+    provider network says the same (once: the set of its first family)."""
+    parts = obj.key.split("/")  # Address_Set/<tenant>/ComputeInstance/<vm>/<n>/ip<v>
+    if len(parts) != 6 or parts[2] != "ComputeInstance":
+        return None
+    vm = model.get("ComputeInstance", parts[1], parts[3])
+    attachments = vm.obj.spec.network_attachments if vm is not None else []
+    index = int(parts[4]) if parts[4].isdigit() else len(attachments)
+    if vm is None or index >= len(attachments) or Model.hosting_cluster(vm) is None:
+        return None
+    attachment = attachments[index]
+    families = sorted(model.port_spaces(vm, attachment))
+    if attachment.provider_network is None or not families or parts[5] != f"ip{families[0]}":
+        return None
+    return _shared(attachment.provider_network, f"{parts[1]}/{parts[3]}/{index} on hosting "
+                   f"cluster {Model.hosting_cluster(vm)}", model)
+
+
+def _shared(name: str, nic: str, model: Model) -> str:
     network = model.get("ProviderNetwork", None, name)
     who = ", ".join(network.obj.spec.tenants) if network is not None else "its tenants"
     return (f"provider network {name} (shared by {who}, and the provider's hosts) to "
-            f"{obj.fields.get('name')}, as far as its groups allow")
+            f"{nic}, as far as its groups allow")

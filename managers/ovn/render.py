@@ -28,6 +28,7 @@ from unet.managers.sdk import (
     mac_of_port,
     port_identity,
     port_key,
+    primary_index,
     router_gateway_key,
     segment_key,
     segment_of,
@@ -151,8 +152,7 @@ class _Renderer:
             if vn is None or self.model.hosting_cluster(workload) is None:
                 continue
             for index, attachment in enumerate(workload.obj.spec.network_attachments):
-                for version in sorted(self.model.subnet_spaces(workload.tenant,
-                                                               attachment.subnet)):
+                for version in sorted(self.model.port_spaces(workload, attachment)):
                     name = _hosted_set(workload, index, version)
                     for group in attachment.security_groups:
                         out.setdefault((workload.tenant, vn, group, f"ip{version}"),
@@ -447,7 +447,7 @@ class _Renderer:
         allocations (address, MAC) so they never move."""
         for index, attachment in enumerate(vm.obj.spec.network_attachments):
             port = port_key(vm, index)
-            for version in sorted(self.model.subnet_spaces(vm.tenant, attachment.subnet)):
+            for version in sorted(self.model.port_spaces(vm, attachment)):
                 address, known = self.value(ip_of_port(port, version))
                 self.out.add("Address_Set", key("Address_Set", *port.split("/"), f"ip{version}"),
                              vm.ref, {"name": _hosted_set(vm, index, version),
@@ -475,17 +475,18 @@ class _Renderer:
             port = port_key(workload, index)
             segment = segment_of(t, attachment)
             spaces = self.model.port_spaces(workload, attachment)
-            # A cluster's VIPs come from its first subnet: recorded there, so they are
-            # held in that subnet only.
+            # A cluster's VIPs come from its primary subnet: recorded on that port, and
+            # answered (ARP, port security) there only.
+            vips = index == _primary_index(workload)
             meta = self.recorded(mac_of_port(port), *(ip_of_port(port, v) for v in sorted(spaces)),
-                                 *(vip_keys if index == 0 else ()))
+                                 *(vip_keys if vips else ()))
             mac, _ = self.value(mac_of_port(port))
-            addresses, unknown = [mac], unknown_vips
+            addresses, unknown = [mac], unknown_vips and vips
             for version in sorted(spaces):
                 value, known = self.value(ip_of_port(port, version))
                 addresses.append(value)
                 unknown |= not known
-            addresses += cluster_vips
+            addresses += cluster_vips if vips else []
             entry = " ".join(addresses)
             secondary = index != _primary_index(workload) and segment[0] is not None
             dhcp4 = key("DHCP_Options", *segment, "v4", *(("secondary",) if secondary else ()))
@@ -685,5 +686,4 @@ def _short(kind: str) -> str:
 
 
 def _primary_index(workload: Manifest) -> int:
-    attachments = workload.obj.spec.network_attachments
-    return next((i for i, a in enumerate(attachments) if a.primary), 0)
+    return primary_index(workload.obj.spec.network_attachments)

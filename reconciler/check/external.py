@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..diagnostics import Diagnostic, json_pointer
-from ..models import Capability, Family, first_subnet
+from ..models import Capability, Family, first_subnet, primary_index
 from ..schema import Manifest
 from .classes import require
 from .context import Context, Path_
@@ -184,7 +184,7 @@ def _check_reachable(ctx: Context, attachment: Manifest, workload: Manifest,
     version = _family(ctx, eip) or 4
     family = Family(version).label
     attachments = workload.obj.spec.network_attachments
-    primary = next((a for a in attachments if a.primary), attachments[0])
+    primary = attachments[primary_index(attachments)]
     spaces = ctx.subnets.get((attachment.tenant, primary.subnet))
     if spaces is None:
         return  # the subnet is reported
@@ -258,7 +258,8 @@ def _check_cluster_prerequisites(ctx: Context,
     unsure_api = _unsure_tenants(ctx, "ExternalIPAttachment", ("spec", "target"))
     unsure_nat = _unsure_tenants(ctx, "NATGateway", ("spec", "virtualNetwork"))
     for cluster in ctx.kind("Cluster"):
-        subnet = ctx.get("Subnet", cluster.tenant, cluster.obj.spec.network_attachments[0].subnet)
+        subnet = ctx.get("Subnet", cluster.tenant,
+                         first_subnet(cluster.obj.spec.network_attachments))
         if subnet is None or ctx.rejected(subnet, ("spec", "virtualNetwork")):
             continue
         vn = subnet.obj.spec.virtual_network

@@ -8,7 +8,7 @@ import netaddr
 
 from ..contract import ClusterManager
 from ..diagnostics import Diagnostic, json_pointer
-from ..models import Capability, Family, NetworkAttachment
+from ..models import Capability, Family, NetworkAttachment, primary_index
 from ..schema import Manifest
 from .classes import cluster_manager_of, require
 from .context import Context, Path_
@@ -152,9 +152,36 @@ def _check_provider_attachment(ctx: Context, workload: Manifest, index: int,
     if why is not None:
         ctx.report("PROVIDER_NETWORK_ATTACHMENT_INVALID", workload,
                    (*path, "providerNetwork"), why[0], why[1])
+    elif not _bridged_to_its_cluster(ctx, workload, path, network, vn):
+        return
     elif vn is not None and _provider_fixed_values_allowed(ctx, workload, path, attachment,
                                                            network, vn):
         _check_port(ctx, workload, path, attachment, network, vn.name, claims)
+
+
+def _bridged_to_its_cluster(ctx: Context, workload: Manifest, path: Path_, network: Manifest,
+                            vn: Manifest | None) -> bool:
+    """A VM on a hosting cluster reaches a provider network through the localnet that the
+    provider network's class's k8sManager renders on its hosting clusters: that manager
+    must be the VM's own (whose cluster it runs on). Fabric workloads need none."""
+    if vn is None or getattr(workload.obj.spec, "hosting_cluster", None) is None:
+        return True
+    mine = ctx.get("NetworkClass", None, ctx.vn_class.get((vn.tenant, vn.name)))
+    theirs = ctx.get("NetworkClass", None, ctx.provider_network_class.get(network.name))
+    if mine is None or theirs is None:
+        return True  # the class is reported
+    wanted, has = mine.obj.spec.k8s_manager, theirs.obj.spec.k8s_manager
+    if wanted is None or has == wanted:
+        return True  # (no k8sManager of its own: its hostingCluster is reported)
+    why = f"its NetworkClass '{theirs.name}' has no k8sManager" if has is None else \
+        f"its NetworkClass '{theirs.name}' bridges it to the hosting clusters of k8sManager " \
+        f"'{has}', not of '{wanted}'"
+    ctx.report("PROVIDER_NETWORK_NOT_BRIDGED", workload, (*path, "providerNetwork"),
+               f"ProviderNetwork '{network.name}' does not reach hosting cluster "
+               f"'{workload.obj.spec.hosting_cluster}': {why}",
+               f"give the provider network a class whose k8sManager is '{wanted}', or run the "
+               "VM on the fabric (leave hostingCluster out)")
+    return False
 
 
 def _provider_fixed_values_allowed(ctx: Context, workload: Manifest, path: Path_,
@@ -201,11 +228,6 @@ def _provider_attachment_problem(ctx: Context, workload: Manifest, index: int,
                                  ) -> tuple[str, str] | None:
     """(what is wrong, hint) with attaching `workload` to `network`, or None."""
     attachments = workload.obj.spec.network_attachments
-    if workload.kind == "Cluster" or getattr(workload.obj.spec, "hosting_cluster", None):
-        what = "a Cluster" if workload.kind == "Cluster" else "a VM on a hosting cluster"
-        return (f"{what} cannot attach to a provider network: provider networks are "
-                "realised on the fabric only", "attach a ComputeInstance on the fabric or a "
-                "BaremetalInstance")
     if len(attachments) == 1 or attachments[index].primary:
         return (f"ProviderNetwork '{network.name}' cannot be the primary attachment",
                 "attach the workload to a Subnet of its own network as primary, and the "
@@ -232,7 +254,10 @@ def _provider_attachment_problem(ctx: Context, workload: Manifest, index: int,
             return (f"ProviderNetwork '{network.name}' ({space.net}) overlaps the workload's "
                     f"VirtualNetwork '{vn.name}' ({own})",
                     "a workload cannot route to two networks with the same addresses")
-    if spaces and own_nets and not spaces.keys() & own_nets.keys():
+    cidrs = (("spec", "ipv4Cidr"), ("spec", "ipv6Cidr"))
+    if spaces and own_nets and not spaces.keys() & own_nets.keys() \
+            and not ctx.rejected(vn, *cidrs) and not ctx.rejected(network, *cidrs):
+        # (a rejected CIDR is unknown, not absent: its family may be the one in common)
         families = " and ".join(Family(v).label for v in sorted(own_nets))
         return (f"ProviderNetwork '{network.name}' has no address family of VirtualNetwork "
                 f"'{vn.name}' ({families})", "a port on it has only the families of the "
@@ -380,8 +405,9 @@ def _check_interfaces(ctx: Context, workload: Manifest) -> None:
 
 
 def _check_cluster(ctx: Context, cluster: Manifest, vn_name: str, claims: Claims) -> None:
+    """Its VIPs (in its primary subnet, never a provider network) and its inner CIDRs."""
     spec = cluster.obj.spec
-    subnet_name = spec.network_attachments[0].subnet
+    subnet_name = spec.network_attachments[primary_index(spec.network_attachments)].subnet
     spaces = ctx.subnets.get((cluster.tenant, subnet_name), {})
     subnet = ctx.get("Subnet", cluster.tenant, subnet_name)
     if subnet is not None:
@@ -398,6 +424,9 @@ def _check_cluster(ctx: Context, cluster: Manifest, vn_name: str, claims: Claims
     others = [("the VirtualNetwork", n) for n in ctx.networks.get((cluster.tenant, vn_name),
                                                                   {}).values()]
     others += [("the subnet", s.net) for s in spaces.values()]
+    others += [(f"ProviderNetwork '{a.provider_network}'", s.net)
+               for a in spec.network_attachments if a.provider_network is not None
+               for s in ctx.subnets.get((None, a.provider_network), {}).values()]
     for position, (field, net) in enumerate(cidrs):
         for what, other in [*(("podCidr", c) for _f, c in cidrs[:position]), *others]:
             if net.version == other.version and (net in other or other in net):
