@@ -326,7 +326,7 @@ def test_once_refuses_an_invalid_folder_without_touching_a_backend(tmp_path: Pat
                                "GITHUB_OUTPUT": str(outputs)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
-    assert "invalid: revision (files on disk) refused: 1 validation errors, first " \
+    assert "invalid: revision (files on disk) refused: 1 validation error, first " \
            "SUBNET_OVERLAP (tenants/acme/network.yaml:" in done.stdout
     assert "result=invalid\n" in outputs.read_text()
     text = summary.read_text()

@@ -239,7 +239,7 @@ class Reconciler:
                                                 self.parsed)
         self.parsed.save()  # the first run only: later runs are served from memory
         if not head.ok:
-            return _refused(run, "validation errors", head.diagnostics, validation=head)
+            return _refused(run, "validation error", head.diagnostics, validation=head)
         assert head.context is not None
         run.mode = str(head.context.kind("RepositoryConfig")[0].obj.spec.reconcile)
         run.resources = dict(sorted(Counter(m.kind for m in head.manifests).items()))
@@ -263,7 +263,7 @@ class Reconciler:
         self.incremental.remember(files, scope, outcome)
         self.usage = _usage(outcome)
         if not plan.ok:
-            return _refused(run, "errors in the plan", plan.diagnostics)
+            return _refused(run, "error in the plan", plan.diagnostics)
         _conclude(run, outcome)
         return _Outcome()
 
@@ -341,7 +341,8 @@ def _refused(run: Run, what: str, diagnostics: list[Diagnostic],
     run.diagnostics = [d.to_json() for d in errors[:5]]
     first = errors[0]
     where = f" ({first.file}:{first.line})" if first.file and first.line else ""
-    return _Outcome(refused=f"{len(errors)} {what}, first {first.code}{where}: "
+    counted = what if len(errors) == 1 else what.replace("error", "errors", 1)
+    return _Outcome(refused=f"{len(errors)} {counted}, first {first.code}{where}: "
                             f"{first.message}", validation=validation)
 
 
