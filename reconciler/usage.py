@@ -182,12 +182,27 @@ class _Recorded:
         value = _parsed(found.value)
         if value is None:
             return
+        scope = found.scope or (self._provider_network(rest) if kind != "vip" else None)
         if kind in ("eip", "gateway"):
             self.external.add(value)
-        elif found.scope is not None:
-            self.scoped[found.scope].add(value)
+        elif scope is not None:
+            self.scoped[scope].add(value)
         else:
             self.unscoped[rest.split("/", 1)[0]].add(value)
+
+    def _provider_network(self, port: str) -> str | None:
+        """The ProviderNetwork a workload's attachment (`tenant/Kind/name/index`) is on,
+        when it is: a VM on a hosting cluster records its address there on no port, so
+        the record names no scope."""
+        tenant, _, rest = port.partition("/")
+        kind, _, rest = rest.partition("/")
+        name, _, index = rest.rpartition("/")
+        workload = self.model.get(kind, tenant, name) if index.isdigit() else None
+        attachments = workload.obj.spec.network_attachments if workload is not None else []
+        network = attachments[int(index)].provider_network \
+            if int(index or 0) < len(attachments) else None
+        found = self.model.get("ProviderNetwork", None, network) if network else None
+        return found.ref if found is not None else None
 
     def used(self, space: Space) -> int:
         kind, tenant, name, family = space.id

@@ -161,15 +161,17 @@ def test_validate_names_a_nearly_full_subnet_and_segment_range_where_they_are_si
     from unet.reconciler.validate import validate_repo
 
     # initech's build subnet: ports get one address (its one VM has it), VIPs the
-    # class's /28 block; standard-a's VLANs cut to the four its bridged subnets use
+    # class's /28 block; standard-a's VLANs cut to the four its bridged subnets use and
+    # the provider network services-a's, moved into them
     edit(example_copy, "tenants/initech/network.yaml", "ipv4Cidr: 192.168.1.0/24",
          "ipv4Cidr: 192.168.1.0/27\n  allocationRanges:\n    - {start: 192.168.1.2, "
          "end: 192.168.1.2}")
-    edit(example_copy, "provider/classes.yaml", "end: 1999", "end: 1003")
+    edit(example_copy, "provider/classes.yaml", "end: 1999", "end: 1004")
+    edit(example_copy, "provider/networks.yaml", "segmentId: 1950", "segmentId: 1004")
     found = {d.message: d for d in validate_repo(example_copy).diagnostics
              if d.code == "POOL_NEARLY_FULL"}
     assert sorted(found) == [
-        "NetworkClass standard-a segment range is 100 % full: 4 of 4 segment ids used, 0 free",
+        "NetworkClass standard-a segment range is 100 % full: 5 of 5 segment ids used, 0 free",
         "Subnet initech/build IPv4 is 100 % full: 1 of 1 addresses used, 0 free"]
     segment = found[sorted(found)[0]]
     assert (segment.file, segment.path) == ("provider/classes.yaml", "/spec/segmentRange")
