@@ -14,11 +14,13 @@ manifests only, their own allocations, and the errors said at its own files.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .allocate import holder_of
 from .diagnostics import Diagnostic
+from .models import TENANT_KINDS
 from .objects import Held
 from .plan import Plan
 from .schema import Manifest
@@ -27,6 +29,10 @@ FORMAT_VERSION = "1.0"
 READY, PENDING, FAILED = "Ready", "Pending", "Failed"
 #: Warnings that leave a manifest pending: what they say it waits for.
 PENDING_CODES = frozenset({"TARGET_PENDING"})
+#: A tenant's resource as messages name it, `Kind/tenant/name` (allocate.holder_of), not
+#: inside a longer path such as a backend object's `Logical_Switch_Port/acme/...`.
+_TENANT_REF = re.compile(r"(?<![\w/])(" + "|".join(sorted(TENANT_KINDS, key=len, reverse=True))
+                         + r")/([^/\s;,:()'\"]+)/([^/\s;,:()'\"]+)")
 
 
 def status(manifests: Iterable[Manifest], plan: Plan, held: Mapping[str, Held],
@@ -69,6 +75,8 @@ def _document(manifests: Iterable[Manifest], installation: str, revision: str | 
     out: list[dict[str, Any]] = []
     for manifest in sorted(manifests, key=lambda m: m.ref):
         condition = condition_of(manifest)
+        if tenant is not None:
+            condition = {**condition, "message": own_words(condition["message"], tenant)}
         out.append({"kind": manifest.kind, "tenant": manifest.tenant, "name": manifest.name,
                     "file": manifest.doc.file, "line": manifest.doc.line,
                     "revision": revision if condition["type"] == READY else None,
@@ -77,6 +85,14 @@ def _document(manifests: Iterable[Manifest], installation: str, revision: str | 
             "revision": revision, "tenant": tenant, "manifests": out,
             "counts": {kind: sum(m["condition"]["type"] == kind for m in out)
                        for kind in (READY, PENDING, FAILED)}}
+
+
+def own_words(message: str, tenant: str) -> str:
+    """A message as `tenant` may read it: another tenant's resource is named by its kind
+    alone (a plan names the holder of an address a fixed value asks for, which in a shared
+    pool may be another tenant's)."""
+    return _TENANT_REF.sub(lambda found: found[0] if found[2] == tenant
+                           else f"another tenant's {found[1]}", message)
 
 
 def tenant_of(owner: str) -> str | None:

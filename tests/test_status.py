@@ -109,6 +109,29 @@ def test_a_changed_manifest_is_pending_and_one_the_plan_cannot_realise_failed(
     assert document["Subnet/globex/app"]["condition"]["type"] == "Ready"
 
 
+def test_a_tenant_claiming_an_address_another_tenant_holds_learns_not_whose_it_is(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """A fixed ExternalIP address in a shared pool that acme was allocated: initech's
+    status says it is taken, never by which tenant's resource (else a tenant could map the
+    pool's addresses to the other tenants' resources, one probe at a time)."""
+    assert apply(tmp_path, repo).returncode == 0
+    taken = by_ref(status(tmp_path, repo))["ExternalIP/acme/k1-api"]["allocated"]["address"]
+    with (repo / "tenants" / "initech" / "external.yaml").open("a") as out:
+        out.write("---\napiVersion: network.osac.io/v1alpha1\nkind: ExternalIP\n"
+                  f"metadata:\n  name: probe\nspec:\n  pool: public-a\n  address: {taken}\n")
+    provider = by_ref(status(tmp_path, repo))["ExternalIP/initech/probe"]["condition"]
+    assert provider["reason"] == "ADDRESS_CONFLICT"
+    assert "ExternalIP/acme/k1-api" in provider["message"], "the full view names the holder"
+    document = status(tmp_path, repo, "--tenant", "initech")
+    failed = by_ref(document)["ExternalIP/initech/probe"]["condition"]
+    assert failed["type"] == "Failed" and failed["reason"] == "ADDRESS_CONFLICT", failed
+    assert f"{taken} is held by another tenant's ExternalIP" in failed["message"], failed
+    shown = unet(tmp_path, "show", "status", str(repo), "--manager", "ovn", "--tenant",
+                 "initech").stdout
+    for text in (json.dumps(document), shown):
+        assert "acme" not in text and "k1-api" not in text, "another tenant's data"
+
+
 def test_an_apply_that_fails_part_way_names_the_manifests_it_left_pending(
         make_env: Any) -> None:  # noqa: F811  (the fixture imported above)
     env = make_env(**{"hosting-a1": {"finalizer_seconds": 600}})
