@@ -491,6 +491,8 @@ def show_usage(args: argparse.Namespace) -> int:
 
     from .usage import demanded, recorded, render_text, to_json
 
+    if args.offline and args.manager:
+        raise UsageError("--offline reads no backend: leave out --manager")
     head = _validated_head(args, args.path, args.rev)
     if head is None:
         return EXIT_ERROR

@@ -175,6 +175,7 @@ def test_an_unknown_code_is_refused_with_the_nearest(tmp_path: Path) -> None:
     (["plan", "nonexistent"], "nonexistent: no such file or folder"),
     (["reach", "acme/web-1", "internet", "--detailed-exitcode"], "--detailed-exitcode"),
     (["show", "bindings", "--offline", "--manager", "ovn"], "--offline"),
+    (["show", "usage", "--offline", "--manager", "ovn"], "--offline"),
     (["reconcile", "--detailed-exitcode"], "--detailed-exitcode"),
     (["reconcile", "--once", "--interval", "5m"], "--interval"),
     (["reconcile", "--once", "--replicas"], "--replicas"),
