@@ -85,6 +85,10 @@ def test_a_tenant_sees_its_subnets_and_the_shared_spaces_it_draws_from(
     assert {key[0] for key in spaces} == {"ExternalIPPool", "Subnet", "VIPBlock", "NetworkClass"}
     assert {key[1] for key in spaces if key[0] in ("Subnet", "VIPBlock")} == {"initech"}
     assert ("ExternalIPPool", None, "public-b", None) not in spaces, "globex's pool alone"
+    assert not any(key[0] == "ProviderNetwork" for key in spaces), "shared with globex alone"
+    globex = usage(tmp_path, example_copy, "--offline", "--tenant", "globex")
+    storage = globex[("ProviderNetwork", None, "storage-b", 4)]  # db-metal's storage NIC
+    assert storage["used"] == 1 and storage["size"] == 100, storage
     missing = unet(tmp_path, "show", "usage", str(example_copy), "--offline", "--tenant",
                    "nobody")
     assert missing.returncode == 1 and "no Tenant named 'nobody'" in missing.stderr
