@@ -534,10 +534,10 @@ def show_status(args: argparse.Namespace) -> int:
         print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
         return EXIT_ERROR
     inputs = _inputs(args, args.path, args.rev)
-    found, held = engine.read_plan(head, inputs, RunOptions(workdir=args.path.resolve(),
-                                                            only=args.manager))
+    found, held, unread = engine.read_plan(
+        head, inputs, RunOptions(workdir=args.path.resolve(), only=args.manager))
     revision = inputs["head"].get("commit")
-    document = status(head.manifests, found, held, revision, args.tenant)
+    document = status(head.manifests, found, held, revision, args.tenant, unread)
     if args.format == "json":
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:

@@ -269,9 +269,11 @@ def read_allocations(head: Validation, options: RunOptions) -> dict[str, Held]:
 
 
 def read_plan(head: Validation, inputs: dict[str, Any], options: RunOptions
-              ) -> tuple[Plan, Mapping[str, Held]]:
+              ) -> tuple[Plan, Mapping[str, Held], dict[str, str]]:
     """A plan against the backends read without their locks (nothing is changed: a view,
-    as `unet show status` gives), and the allocations they record."""
+    as `unet show status` gives), the allocations they record, and the resources with
+    objects where a manager could not read its backend (owner → the manager): the plan
+    leaves those objects out, so it cannot tell whether they are what the revision asks."""
     model = Model(head.context)  # type: ignore[arg-type]
     managers = run_managers(head, model, options.only)
     readers = allocation_readers(model, managers)
@@ -285,7 +287,9 @@ def read_plan(head: Validation, inputs: dict[str, Any], options: RunOptions
         hints = [(name, reading[name].observe()) for name in sorted(reading)]
     held = in_objects([*sorted(observations.items()), *hints])
     desired = render_fresh(head, held, sorted(managers))
-    return plan_live(head, managers, observations, inputs, desired), held
+    blind = {name for name, seen in observations.items() if seen.unobserved}
+    unread = {o.owner: o.manager for o in desired.objects if o.manager in blind}
+    return plan_live(head, managers, observations, inputs, desired), held, unread
 
 
 @contextlib.contextmanager

@@ -36,13 +36,18 @@ _TENANT_REF = re.compile(r"(?<![\w/])(" + "|".join(sorted(TENANT_KINDS, key=len,
 
 
 def status(manifests: Iterable[Manifest], plan: Plan, held: Mapping[str, Held],
-           revision: str | None, tenant: str | None = None) -> dict[str, Any]:
-    """Every manifest's status (of `tenant`'s manifests only, with it), in a fixed order."""
+           revision: str | None, tenant: str | None = None,
+           unread: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Every manifest's status (of `tenant`'s manifests only, with it), in a fixed order.
+    `unread`: the manifests with objects where a manager could not read its backend (→ the
+    manager), which the plan leaves out: never Ready, as what is there is unknown."""
     chosen = [m for m in manifests if tenant is None or m.tenant == tenant]
     said = _said_at(chosen, plan.diagnostics)
     resources = {r.address: r for r in plan.resources}
+    unread = unread or {}
     return _document(chosen, plan.installation, revision, tenant, allocated_values(held),
-                     lambda m: _condition(said.get(m.ref, []), resources.get(m.ref)))
+                     lambda m: _condition(said.get(m.ref, []), resources.get(m.ref),
+                                          unread.get(m.ref)))
 
 
 def after_apply(manifests: Iterable[Manifest], plan: Plan, applied: Plan,
@@ -103,7 +108,8 @@ def tenant_of(owner: str) -> str | None:
     return parts[1] if parts[0] == "Tenant" and len(parts) == 2 else None
 
 
-def _condition(said: list[Diagnostic], resource: Any) -> dict[str, Any]:
+def _condition(said: list[Diagnostic], resource: Any, unread: str | None = None
+               ) -> dict[str, Any]:
     errors = [d for d in said if d.is_error]
     if errors:
         first = errors[0]
@@ -116,6 +122,10 @@ def _condition(said: list[Diagnostic], resource: Any) -> dict[str, Any]:
     if resource is not None and resource.action.changes:
         return {"type": PENDING, "reason": str(resource.action).upper().replace("-", "_"),
                 "message": f"not yet applied: {resource.reason}"}
+    if unread is not None:
+        return {"type": PENDING, "reason": "BACKEND_UNOBSERVED",
+                "message": f"NetworkManager '{unread}' could not read its backend: whether "
+                           "its objects there are what the revision asks is unknown"}
     return {"type": READY, "reason": "Applied",
             "message": "its backend objects are what the revision asks"}
 

@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .support.gitops import edit
 from .support.ovnlab import OvnLab
 from .support.ovnrun import apply, unet
@@ -130,6 +132,25 @@ def test_a_tenant_claiming_an_address_another_tenant_holds_learns_not_whose_it_i
                  "initech").stdout
     for text in (json.dumps(document), shown):
         assert "acme" not in text and "k1-api" not in text, "another tenant's data"
+
+
+def test_a_manifest_whose_objects_a_manager_could_not_read_is_not_ready(
+        lab: OvnLab, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hosting clusters cannot be read: a plan leaves the kubernetes manager's objects
+    out (BACKEND_UNOBSERVED), so the status of what has objects there is unknown, not
+    Ready; what lives on the fabric alone is Ready."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    assert apply(tmp_path, repo).returncode == 0
+    result = unet(tmp_path, "show", "status", str(repo), "--tenant", "acme", "--format",
+                  "json")
+    assert result.returncode == 0, result.stderr
+    document = by_ref(json.loads(result.stdout))
+    web = document["Subnet/acme/web"]["condition"]  # its ClusterUserDefinedNetworks
+    assert web["type"] == "Pending" and web["reason"] == "BACKEND_UNOBSERVED", web
+    assert "'kubernetes'" in web["message"] and document["Subnet/acme/web"]["revision"] is None
+    assert document["ComputeInstance/acme/web-1"]["condition"]["type"] == "Ready"
+    assert status(tmp_path, repo, "--tenant", "acme")["counts"]["Pending"] == 1, \
+        "--manager ovn: the fabric alone is read, and it is what the repo asks"
 
 
 def test_an_apply_that_fails_part_way_names_the_manifests_it_left_pending(
