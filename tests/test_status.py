@@ -153,6 +153,30 @@ def test_a_manifest_whose_objects_a_manager_could_not_read_is_not_ready(
         "--manager ovn: the fabric alone is read, and it is what the repo asks"
 
 
+@pytest.mark.parametrize("command", [["status"], ["usage", "--offline"],
+                                     ["bindings", "--offline"]])
+def test_a_tenants_view_of_an_invalid_repo_shows_its_own_errors_alone(
+        example_copy: Path, tmp_path: Path, command: list[str]) -> None:
+    """The repo has errors, so there is no view: the tenant is told its own and how many
+    others there are, never another tenant's files, lines or messages."""
+    edit_text(example_copy, "tenants/globex/compute.yaml", "  name: backup-1\n",
+              "  name: backup-1\n  labels: {x: 1}\n")  # a shape error of globex's
+    edit(example_copy, "tenants/initech/compute.yaml", "- subnet: build", "- subnet: bulid")
+    for fmt in ("text", "json"):
+        result = unet(tmp_path, "show", *command, str(example_copy), "--tenant", "initech",
+                      "--format", fmt)
+        assert result.returncode == 1
+        said = result.stdout + result.stderr
+        assert "tenants/initech/compute.yaml" in said and "REF_NOT_FOUND" in said, said
+        for other in ("globex", "acme", "backup-1", "web-3", "TARGET_PENDING"):
+            assert other not in said, (fmt, other, said)
+        assert "1 more error outside tenants/initech/" in result.stderr, result.stderr
+        assert "✖ 2 errors" in said or '"valid": false' in said, "never 'valid'"
+    whole = unet(tmp_path, "show", *command, str(example_copy), "--format", "json")
+    assert {d["file"].split("/")[1] for d in json.loads(whole.stdout)["diagnostics"]
+            if d["severity"] == "error"} == {"globex", "initech"}, "the provider's view"
+
+
 def test_an_apply_that_fails_part_way_names_the_manifests_it_left_pending(
         make_env: Any) -> None:  # noqa: F811  (the fixture imported above)
     env = make_env(**{"hosting-a1": {"finalizer_seconds": 600}})
