@@ -514,20 +514,22 @@ def show_usage(args: argparse.Namespace) -> int:
 
     if args.offline and args.manager:
         raise UsageError("--offline reads no backend: leave out --manager")
-    head = _validated_head(args, args.path, args.rev)
-    if head is None:
-        return EXIT_ERROR
-    assert head.context is not None
-    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
-        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
-        return EXIT_ERROR
-    model = Model(head.context)
-    if args.offline:
-        usages = demanded(model, args.tenant)
-    else:
-        held = engine.read_allocations(head, RunOptions(workdir=args.path.resolve(),
-                                                        only=args.manager))
-        usages = recorded(model, held, args.tenant)
+    with working():
+        head = _validated_head(args, args.path, args.rev)
+        if head is None:
+            return EXIT_ERROR
+        assert head.context is not None
+        if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
+            print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+            return EXIT_ERROR
+        model = Model(head.context)
+        if args.offline:
+            usages = demanded(model, args.tenant)
+        else:
+            say("reading the backends")
+            held = engine.read_allocations(head, RunOptions(workdir=args.path.resolve(),
+                                                            only=args.manager))
+            usages = recorded(model, held, args.tenant)
     if args.format == "json":
         document = to_json(usages, model.installation, "offline" if args.offline
                            else "backends")
@@ -547,18 +549,20 @@ def show_status(args: argparse.Namespace) -> int:
 
     from .status import render_text, status
 
-    head = _validated_head(args, args.path, args.rev)
-    if head is None:
-        return EXIT_ERROR
-    assert head.context is not None
-    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
-        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
-        return EXIT_ERROR
-    inputs = _inputs(args, args.path, args.rev)
-    found, held, unread = engine.read_plan(
-        head, inputs, RunOptions(workdir=args.path.resolve(), only=args.manager))
-    revision = inputs["head"].get("commit")
-    document = status(head.manifests, found, held, revision, args.tenant, unread)
+    with working():
+        head = _validated_head(args, args.path, args.rev)
+        if head is None:
+            return EXIT_ERROR
+        assert head.context is not None
+        if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
+            print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+            return EXIT_ERROR
+        inputs = _inputs(args, args.path, args.rev)
+        say("reading the backends")
+        found, held, unread = engine.read_plan(
+            head, inputs, RunOptions(workdir=args.path.resolve(), only=args.manager))
+        revision = inputs["head"].get("commit")
+        document = status(head.manifests, found, held, revision, args.tenant, unread)
     if args.format == "json":
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:

@@ -246,6 +246,17 @@ def test_progress_shows_on_a_terminal_only(example_copy: Path) -> None:
     assert "\x1b[" not in piped.stderr
 
 
+@pytest.mark.parametrize("command", [["status", "--manager", "ovn"],
+                                     ["usage", "--manager", "ovn"]])
+def test_show_status_and_usage_show_their_progress_too(example_copy: Path,
+                                                      command: list[str]) -> None:
+    """They read every backend (status plans, as `plan` does): as silent as `show bindings`
+    at a few hundred tenants, so the same status line."""
+    code, seen = _in_a_pty(example_copy, "show", *command, UNET_PROGRESS_AFTER="0")
+    assert code == 0, seen
+    assert "reading the backends" in seen, seen
+
+
 def test_no_progress_before_the_delay(example_copy: Path) -> None:
     code, seen = _in_a_pty(example_copy, "plan", "--manager", "ovn",
                            UNET_PROGRESS_AFTER="60")
