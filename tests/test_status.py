@@ -249,3 +249,23 @@ def test_an_apply_publishes_each_tenants_status_beside_its_bindings(
     assert web["condition"]["type"] == "Pending" and web["condition"]["reason"] == \
         "APPLY_FAILED", web
     assert "still being deleted" in web["condition"]["message"]
+
+
+def test_a_status_configmap_that_is_not_ours_is_never_overwritten(
+        make_env: Any) -> None:  # noqa: F811  (the fixture imported above)
+    """Another installation's status of acme (or anyone's ConfigMap of that name) stays as
+    it is: the apply says it cannot publish there, and publishes everywhere else."""
+    env = make_env()
+    theirs = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"status.json": "theirs"},
+              "metadata": {"name": "unet-status.kubernetes", "namespace": "acme",
+                           "labels": {"network.osac.io/managed-by": "unet",
+                                      "network.osac.io/installation": "staging"}}}
+    env.clusters["hosting-a1"].put(theirs)
+    code, out, err = env.apply()
+    assert code == 0, err
+    kept = env.clusters["hosting-a1"].get("configmaps", "unet-status.kubernetes", "acme")
+    assert kept is not None and kept["data"] == {"status.json": "theirs"}, kept
+    assert kept["metadata"]["labels"]["network.osac.io/installation"] == "staging"
+    assert "the status of tenant acme is not published on cluster hosting-a1" in out + err
+    assert _published(env, "hosting-a2", "acme") is not None
+    assert _published(env, "hosting-a1", "initech") is not None
