@@ -75,8 +75,9 @@ def _tenants_own(head: Validation, tenant: str) -> list[Diagnostic]:
     message."""
     from .status import own_words
 
-    return [replace(d, message=own_words(d.message, tenant),
-                    hint=None if d.hint is None else own_words(d.hint, tenant))
+    tenants = {m.name for m in head.manifests if m.kind == "Tenant"}
+    return [replace(d, message=own_words(d.message, tenant, tenants),
+                    hint=None if d.hint is None else own_words(d.hint, tenant, tenants))
             for d in head.diagnostics if placement(d.file or "")[1] == tenant]
 
 

@@ -153,6 +153,22 @@ def test_a_manifest_whose_objects_a_manager_could_not_read_is_not_ready(
         "--manager ovn: the fabric alone is read, and it is what the repo asks"
 
 
+def test_what_a_tenant_reads_of_a_message_names_no_other_tenant() -> None:
+    from unet.reconciler.status import own_words
+
+    tenants = {"acme", "globex", "initech"}
+    assert own_words("203.0.113.10 is held by ExternalIP/acme/k1-api; never moves",
+                     "initech", tenants) == \
+        "203.0.113.10 is held by another tenant's ExternalIP; never moves"
+    assert own_words("globex/db-1/0 (ComputeInstance globex/db-1) gets tcp/22 from "
+                     "192.0.2.0/24 (tenants/globex/compute.yaml:12)", "acme", tenants) == \
+        "another tenant's NIC (another tenant's ComputeInstance) gets tcp/22 from " \
+        "192.0.2.0/24 (another tenant's file)"
+    own = ("acme/web-1/0 (ComputeInstance acme/web-1) is held by Subnet/acme/web in "
+           "tenants/acme/network.yaml:3")
+    assert own_words(own, "acme", tenants) == own, "its own names stay"
+
+
 @pytest.mark.parametrize("command", [["status"], ["usage", "--offline"],
                                      ["bindings", "--offline"]])
 def test_a_tenants_view_of_an_invalid_repo_shows_its_own_errors_alone(
