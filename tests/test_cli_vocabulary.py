@@ -309,6 +309,23 @@ def test_reconcile_once_is_for_people_on_a_terminal(tmp_path: Path,
     assert "took 1.2 s" in out.getvalue() and "{" not in out.getvalue()
 
 
+def test_reconcile_once_says_the_drift_once() -> None:
+    """A run that reports drift says how much in its headline; a run that repaired some
+    says so under its headline (its message is what was applied)."""
+    from unet.reconciler.daemon.report import summary
+
+    reported = Run(started="2026-11-27T00:00:00Z", source="repo", result="drift",
+                   message="3 backend objects changed outside unet; reported, not repaired",
+                   revision="ab" * 20, drift=3, duration=0.2)
+    assert [line for line in summary(reported) if "changed outside unet" in line] == [
+        "unet reconcile: abababababab: drift: 3 backend objects changed outside unet; "
+        "reported, not repaired"]
+    repaired = Run(started="2026-11-27T00:00:00Z", source="repo", result="applied",
+                   message="applied 0 created, 3 updated, 0 deleted in 0.01 s",
+                   revision="ab" * 20, drift=3, repaired=3, duration=0.2)
+    assert "  drift: 3 objects changed outside unet, 3 repaired" in summary(repaired)
+
+
 def test_reconcile_once_keeps_its_log_line_for_logs(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
