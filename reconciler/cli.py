@@ -230,8 +230,9 @@ def _add_show_usage(show_what: Commands) -> None:
                     "--offline what the repo's own allocation takes from empty backends.")
     _add_repo_arguments(usage)
     usage.add_argument("--tenant", metavar="NAME",
-                       help="only the spaces this tenant draws from: its subnets, the pools "
-                            "it may use, its classes' segment ranges")
+                       help="only the spaces this tenant draws from: its subnets, the "
+                            "provider networks shared with it, the pools it may use, its "
+                            "classes' segment ranges")
     add_format(usage)
     usage.add_argument("--offline", action="store_true",
                        help="do not read the backends: count what the repo's allocation takes")

@@ -13,6 +13,7 @@ from typing import Any
 from . import engine
 from .command import Command
 from .contract import ProgressFactory
+from .diagnostics import Diagnostic
 from .engine import ApplyError, Outcome, Reports, RunOptions, check_appliable, check_same
 from .errors import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, UsageError
 from .model import Model
@@ -32,6 +33,7 @@ from .report import (
     use_colour,
 )
 from .shard import Shard
+from .sources import placement
 from .validate import (
     ParsedFiles,
     Validation,
@@ -49,14 +51,34 @@ def _print_invalid(head: Validation, args: argparse.Namespace, path: Path, rev: 
     `plan` is its mode and inputs), so that what parses a plan parses this too. Text quotes
     the lines of what was validated (the revision, not the working tree)."""
     fmt = getattr(args, "format", "text")
-    summary = summarize(head.diagnostics, head.files, len(head.documents))
+    tenant = getattr(args, "tenant", None)
+    diagnostics = head.diagnostics if tenant is None else _tenants_own(head, tenant)
+    summary = summarize(diagnostics, head.files, len(head.documents))
+    others = sum(d.is_error for d in head.diagnostics) - summary.errors
+    if others:  # the repo is invalid however many of the errors are the tenant's
+        summary = replace(summary, errors=summary.errors + others)
     if fmt != "text" and plan is not None:
         print_plan(plan_to_json(invalid_plan(head, *plan)), fmt, path)
     elif fmt == "json":
-        render_json(head.diagnostics, summary, sys.stdout, display_prefix(path))
+        render_json(diagnostics, summary, sys.stdout, display_prefix(path))
     else:
-        render_human(head.diagnostics, summary, sys.stdout, display_prefix(path),
+        render_human(diagnostics, summary, sys.stdout, display_prefix(path),
                      use_colour(sys.stdout), sources_of(path, rev))
+    if others:
+        print(f"unet: {others} more error{'' if others == 1 else 's'} outside "
+              f"tenants/{tenant}/, not shown in a tenant's view", file=sys.stderr)
+
+
+def _tenants_own(head: Validation, tenant: str) -> list[Diagnostic]:
+    """What a tenant's view (`--tenant`) shows of a repo's problems: those said in its own
+    files, naming no other tenant's resource; never another tenant's file, line or
+    message."""
+    from .status import own_words
+
+    tenants = {m.name for m in head.manifests if m.kind == "Tenant"}
+    return [replace(d, message=own_words(d.message, tenant, tenants),
+                    hint=None if d.hint is None else own_words(d.hint, tenant, tenants))
+            for d in head.diagnostics if placement(d.file or "")[1] == tenant]
 
 
 def print_plan(document: dict[str, Any], fmt: str, repo: Path | None = None) -> None:
@@ -491,20 +513,24 @@ def show_usage(args: argparse.Namespace) -> int:
 
     from .usage import demanded, recorded, render_text, to_json
 
-    head = _validated_head(args, args.path, args.rev)
-    if head is None:
-        return EXIT_ERROR
-    assert head.context is not None
-    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
-        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
-        return EXIT_ERROR
-    model = Model(head.context)
-    if args.offline:
-        usages = demanded(model, args.tenant)
-    else:
-        held = engine.read_allocations(head, RunOptions(workdir=args.path.resolve(),
-                                                        only=args.manager))
-        usages = recorded(model, held, args.tenant)
+    if args.offline and args.manager:
+        raise UsageError("--offline reads no backend: leave out --manager")
+    with working():
+        head = _validated_head(args, args.path, args.rev)
+        if head is None:
+            return EXIT_ERROR
+        assert head.context is not None
+        if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
+            print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+            return EXIT_ERROR
+        model = Model(head.context)
+        if args.offline:
+            usages = demanded(model, args.tenant)
+        else:
+            say("reading the backends")
+            held = engine.read_allocations(head, RunOptions(workdir=args.path.resolve(),
+                                                            only=args.manager))
+            usages = recorded(model, held, args.tenant)
     if args.format == "json":
         document = to_json(usages, model.installation, "offline" if args.offline
                            else "backends")
@@ -524,18 +550,20 @@ def show_status(args: argparse.Namespace) -> int:
 
     from .status import render_text, status
 
-    head = _validated_head(args, args.path, args.rev)
-    if head is None:
-        return EXIT_ERROR
-    assert head.context is not None
-    if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
-        print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
-        return EXIT_ERROR
-    inputs = _inputs(args, args.path, args.rev)
-    found, held = engine.read_plan(head, inputs, RunOptions(workdir=args.path.resolve(),
-                                                            only=args.manager))
-    revision = inputs["head"].get("commit")
-    document = status(head.manifests, found, held, revision, args.tenant)
+    with working():
+        head = _validated_head(args, args.path, args.rev)
+        if head is None:
+            return EXIT_ERROR
+        assert head.context is not None
+        if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
+            print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+            return EXIT_ERROR
+        inputs = _inputs(args, args.path, args.rev)
+        say("reading the backends")
+        found, held, unread = engine.read_plan(
+            head, inputs, RunOptions(workdir=args.path.resolve(), only=args.manager))
+        revision = inputs["head"].get("commit")
+        document = status(head.manifests, found, held, revision, args.tenant, unread)
     if args.format == "json":
         sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     else:

@@ -258,20 +258,31 @@ def read_desired(head: Validation, options: RunOptions) -> Desired:
 
 def read_allocations(head: Validation, options: RunOptions) -> dict[str, Held]:
     """The allocations the backends record, read without their locks (nothing is changed)
-    and without rendering the desired state."""
+    and without rendering the desired state: of the managers of `options.only`, and of the
+    fabric managers that record a selected k8s manager's allocations. A backend that could
+    not be read is an error: figures without it would read as free what it holds."""
     model = Model(head.context)  # type: ignore[arg-type]
     managers = managers_of(model, options.only, resolve=True)
+    managers |= allocation_readers(model, managers)
     with contextlib.ExitStack() as stack:
-        sessions = [stack.enter_context(managers[name].connect(options.workdir))
-                    for name in sorted(managers)]
-        return observed_allocations(obj for session in sessions
-                                    for obj in session.observe().objects)
+        observations = {name: stack.enter_context(managers[name].connect(options.workdir))
+                        .observe() for name in sorted(managers)}
+    unread = [f"NetworkManager '{name}' could not read its backend: "
+              f"{'; '.join(dict.fromkeys(seen.unobserved))}"
+              for name, seen in observations.items() if seen.unobserved]
+    if unread:
+        raise UnetError("; ".join(unread) + " (make it reachable, or leave it out with "
+                        "--manager)")
+    return observed_allocations(obj for name in sorted(observations)
+                                for obj in observations[name].objects)
 
 
 def read_plan(head: Validation, inputs: dict[str, Any], options: RunOptions
-              ) -> tuple[Plan, Mapping[str, Held]]:
+              ) -> tuple[Plan, Mapping[str, Held], dict[str, str]]:
     """A plan against the backends read without their locks (nothing is changed: a view,
-    as `unet show status` gives), and the allocations they record."""
+    as `unet show status` gives), the allocations they record, and the resources with
+    objects where a manager could not read its backend (owner → the manager): the plan
+    leaves those objects out, so it cannot tell whether they are what the revision asks."""
     model = Model(head.context)  # type: ignore[arg-type]
     managers = run_managers(head, model, options.only)
     readers = allocation_readers(model, managers)
@@ -285,7 +296,9 @@ def read_plan(head: Validation, inputs: dict[str, Any], options: RunOptions
         hints = [(name, reading[name].observe()) for name in sorted(reading)]
     held = in_objects([*sorted(observations.items()), *hints])
     desired = render_fresh(head, held, sorted(managers))
-    return plan_live(head, managers, observations, inputs, desired), held
+    blind = {name for name, seen in observations.items() if seen.unobserved}
+    unread = {o.owner: o.manager for o in desired.objects if o.manager in blind}
+    return plan_live(head, managers, observations, inputs, desired), held, unread
 
 
 @contextlib.contextmanager

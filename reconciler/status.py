@@ -14,11 +14,13 @@ manifests only, their own allocations, and the errors said at its own files.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .allocate import holder_of
 from .diagnostics import Diagnostic
+from .models import TENANT_KINDS
 from .objects import Held
 from .plan import Plan
 from .schema import Manifest
@@ -27,16 +29,28 @@ FORMAT_VERSION = "1.0"
 READY, PENDING, FAILED = "Ready", "Pending", "Failed"
 #: Warnings that leave a manifest pending: what they say it waits for.
 PENDING_CODES = frozenset({"TARGET_PENDING"})
+#: A tenant's resource as messages name it, `Kind/tenant/name` (allocate.holder_of) or
+#: `Kind tenant/name` (guardrails), not inside a longer path such as a backend object's
+#: `Logical_Switch_Port/acme/...`.
+_TENANT_REF = re.compile(r"(?<![\w/])(" + "|".join(sorted(TENANT_KINDS, key=len, reverse=True))
+                         + r")[/ ]([^/\s;,:()'\"]+)/([^/\s;,:()'\"]+)")
 
 
 def status(manifests: Iterable[Manifest], plan: Plan, held: Mapping[str, Held],
-           revision: str | None, tenant: str | None = None) -> dict[str, Any]:
-    """Every manifest's status (of `tenant`'s manifests only, with it), in a fixed order."""
-    chosen = [m for m in manifests if tenant is None or m.tenant == tenant]
+           revision: str | None, tenant: str | None = None,
+           unread: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Every manifest's status (of `tenant`'s manifests only, with it), in a fixed order.
+    `unread`: the manifests with objects where a manager could not read its backend (→ the
+    manager), which the plan leaves out: never Ready, as what is there is unknown."""
+    every = list(manifests)
+    chosen = [m for m in every if tenant is None or m.tenant == tenant]
     said = _said_at(chosen, plan.diagnostics)
     resources = {r.address: r for r in plan.resources}
+    unread = unread or {}
     return _document(chosen, plan.installation, revision, tenant, allocated_values(held),
-                     lambda m: _condition(said.get(m.ref, []), resources.get(m.ref)))
+                     lambda m: _condition(said.get(m.ref, []), resources.get(m.ref),
+                                          unread.get(m.ref)),
+                     {m.name for m in every if m.kind == "Tenant"})
 
 
 def after_apply(manifests: Iterable[Manifest], plan: Plan, applied: Plan,
@@ -65,10 +79,14 @@ def after_apply(manifests: Iterable[Manifest], plan: Plan, applied: Plan,
 
 def _document(manifests: Iterable[Manifest], installation: str, revision: str | None,
               tenant: str | None, values: Mapping[str, dict[str, str]],
-              condition_of: Callable[[Manifest], dict[str, Any]]) -> dict[str, Any]:
+              condition_of: Callable[[Manifest], dict[str, Any]],
+              tenants: Iterable[str] = ()) -> dict[str, Any]:
     out: list[dict[str, Any]] = []
     for manifest in sorted(manifests, key=lambda m: m.ref):
         condition = condition_of(manifest)
+        if tenant is not None:
+            condition = {**condition, "message": own_words(condition["message"], tenant,
+                                                           tenants)}
         out.append({"kind": manifest.kind, "tenant": manifest.tenant, "name": manifest.name,
                     "file": manifest.doc.file, "line": manifest.doc.line,
                     "revision": revision if condition["type"] == READY else None,
@@ -79,6 +97,24 @@ def _document(manifests: Iterable[Manifest], installation: str, revision: str | 
                        for kind in (READY, PENDING, FAILED)}}
 
 
+def own_words(message: str, tenant: str, tenants: Iterable[str] = ()) -> str:
+    """A message as `tenant` may read it: another tenant's resource is named by its kind
+    alone (a plan names the holder of an address a fixed value asks for, which in a shared
+    pool may be another tenant's); a NIC of one of the other `tenants` (`globex/db-1/0`,
+    as reachability names it) and a file of theirs (`tenants/globex/...`) by what they
+    are."""
+    said = _TENANT_REF.sub(lambda found: found[0] if found[2] == tenant
+                           else f"another tenant's {found[1]}", message)
+    others = sorted({t for t in tenants if t != tenant}, key=len, reverse=True)
+    if not others:
+        return said
+    names = "|".join(map(re.escape, others))
+    said = re.sub(r"(?<![\w.-])tenants/(?:" + names + r")/[^\s;,:()'\"]+(?::\d+)*",
+                  "another tenant's file", said)
+    nic = re.compile(r"(?<![\w./-])(?:" + names + r")/[a-z0-9-]+(?:/\d+)?(?![\w./-])")
+    return nic.sub("another tenant's NIC", said)
+
+
 def tenant_of(owner: str) -> str | None:
     """The tenant of an object's owner (`Kind/tenant/name`, or `Tenant/name`)."""
     parts = owner.split("/")
@@ -87,7 +123,8 @@ def tenant_of(owner: str) -> str | None:
     return parts[1] if parts[0] == "Tenant" and len(parts) == 2 else None
 
 
-def _condition(said: list[Diagnostic], resource: Any) -> dict[str, Any]:
+def _condition(said: list[Diagnostic], resource: Any, unread: str | None = None
+               ) -> dict[str, Any]:
     errors = [d for d in said if d.is_error]
     if errors:
         first = errors[0]
@@ -100,6 +137,10 @@ def _condition(said: list[Diagnostic], resource: Any) -> dict[str, Any]:
     if resource is not None and resource.action.changes:
         return {"type": PENDING, "reason": str(resource.action).upper().replace("-", "_"),
                 "message": f"not yet applied: {resource.reason}"}
+    if unread is not None:
+        return {"type": PENDING, "reason": "BACKEND_UNOBSERVED",
+                "message": f"NetworkManager '{unread}' could not read its backend: whether "
+                           "its objects there are what the revision asks is unknown"}
     return {"type": READY, "reason": "Applied",
             "message": "its backend objects are what the revision asks"}
 

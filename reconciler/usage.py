@@ -91,7 +91,8 @@ class Usage:
 
 def spaces(model: Model, tenant: str | None = None) -> list[Space]:
     """Every space of the revision, in a fixed order; with `tenant`, those it draws from:
-    its subnets, the pools it may use and the segment ranges of its networks' classes."""
+    its subnets, the provider networks shared with it, the pools it may use and the
+    segment ranges of its networks' classes."""
     pools = [Space(("ExternalIPPool", None, pool.name, None), _capacity(space), pool)
              for pool in model.kind("ExternalIPPool")
              if (space := model.pool_space(pool.name)) is not None
@@ -99,6 +100,7 @@ def spaces(model: Model, tenant: str | None = None) -> list[Space]:
                   or tenant in pool.obj.spec.tenants)]
     segments = [*model.kind("Subnet"), *model.kind("ProviderNetwork")]
     subnets = [part for segment in segments if tenant is None or segment.tenant == tenant
+               or (segment.kind == "ProviderNetwork" and tenant in segment.obj.spec.tenants)
                for version, space in sorted(model.subnet_spaces(segment.tenant,
                                                                 segment.name).items())
                for part in _subnet_parts(segment, version, space)]

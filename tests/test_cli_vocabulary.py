@@ -175,6 +175,7 @@ def test_an_unknown_code_is_refused_with_the_nearest(tmp_path: Path) -> None:
     (["plan", "nonexistent"], "nonexistent: no such file or folder"),
     (["reach", "acme/web-1", "internet", "--detailed-exitcode"], "--detailed-exitcode"),
     (["show", "bindings", "--offline", "--manager", "ovn"], "--offline"),
+    (["show", "usage", "--offline", "--manager", "ovn"], "--offline"),
     (["reconcile", "--detailed-exitcode"], "--detailed-exitcode"),
     (["reconcile", "--once", "--interval", "5m"], "--interval"),
     (["reconcile", "--once", "--replicas"], "--replicas"),
@@ -245,6 +246,17 @@ def test_progress_shows_on_a_terminal_only(example_copy: Path) -> None:
     assert "\x1b[" not in piped.stderr
 
 
+@pytest.mark.parametrize("command", [["status", "--manager", "ovn"],
+                                     ["usage", "--manager", "ovn"]])
+def test_show_status_and_usage_show_their_progress_too(example_copy: Path,
+                                                      command: list[str]) -> None:
+    """They read every backend (status plans, as `plan` does): as silent as `show bindings`
+    at a few hundred tenants, so the same status line."""
+    code, seen = _in_a_pty(example_copy, "show", *command, UNET_PROGRESS_AFTER="0")
+    assert code == 0, seen
+    assert "reading the backends" in seen, seen
+
+
 def test_no_progress_before_the_delay(example_copy: Path) -> None:
     code, seen = _in_a_pty(example_copy, "plan", "--manager", "ovn",
                            UNET_PROGRESS_AFTER="60")
@@ -295,6 +307,23 @@ def test_reconcile_once_is_for_people_on_a_terminal(tmp_path: Path,
     assert err.getvalue() == "", "no JSON line on a terminal"
     assert "main @ abababababab: ok: no changes" in out.getvalue()
     assert "took 1.2 s" in out.getvalue() and "{" not in out.getvalue()
+
+
+def test_reconcile_once_says_the_drift_once() -> None:
+    """A run that reports drift says how much in its headline; a run that repaired some
+    says so under its headline (its message is what was applied)."""
+    from unet.reconciler.daemon.report import summary
+
+    reported = Run(started="2026-11-27T00:00:00Z", source="repo", result="drift",
+                   message="3 backend objects changed outside unet; reported, not repaired",
+                   revision="ab" * 20, drift=3, duration=0.2)
+    assert [line for line in summary(reported) if "changed outside unet" in line] == [
+        "unet reconcile: abababababab: drift: 3 backend objects changed outside unet; "
+        "reported, not repaired"]
+    repaired = Run(started="2026-11-27T00:00:00Z", source="repo", result="applied",
+                   message="applied 0 created, 3 updated, 0 deleted in 0.01 s",
+                   revision="ab" * 20, drift=3, repaired=3, duration=0.2)
+    assert "  drift: 3 objects changed outside unet, 3 repaired" in summary(repaired)
 
 
 def test_reconcile_once_keeps_its_log_line_for_logs(tmp_path: Path,

@@ -117,3 +117,17 @@ def test_indentation_and_colons_get_plain_words(example_copy: Path) -> None:
     [problem] = _diagnostics(example_copy)
     assert problem["code"] == "YAML_SYNTAX" and problem["hint"]
     assert "indent" in problem["message"] + problem["hint"]
+
+
+def test_a_fixed_external_address_two_tenants_claim_is_said_at_both(
+        example_copy: Path) -> None:
+    """acme claims the address initech reserved in the shared pool public-a: said at both
+    claims (as on a shared provider network), so acme's own review, pre-commit and tenant
+    view see it, not initech's alone."""
+    append_doc(example_copy, "tenants/acme/external.yaml", {
+        "apiVersion": "network.osac.io/v1alpha1", "kind": "ExternalIP",
+        "metadata": {"name": "taken"}, "spec": {"pool": "public-a", "address": "203.0.113.100"}})
+    errors = {(d["code"], d["file"], d["path"]) for d in _diagnostics(example_copy)
+              if d["severity"] == "error"}
+    assert errors == {("ADDRESS_CONFLICT", "tenants/acme/external.yaml", "/spec/address"),
+                      ("ADDRESS_CONFLICT", "tenants/initech/external.yaml", "/spec/address")}

@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .support.gitops import edit
 from .support.ovnlab import OvnLab
 from .support.ovnrun import apply, unet
@@ -109,6 +111,88 @@ def test_a_changed_manifest_is_pending_and_one_the_plan_cannot_realise_failed(
     assert document["Subnet/globex/app"]["condition"]["type"] == "Ready"
 
 
+def test_a_tenant_claiming_an_address_another_tenant_holds_learns_not_whose_it_is(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """A fixed ExternalIP address in a shared pool that acme was allocated: initech's
+    status says it is taken, never by which tenant's resource (else a tenant could map the
+    pool's addresses to the other tenants' resources, one probe at a time)."""
+    assert apply(tmp_path, repo).returncode == 0
+    taken = by_ref(status(tmp_path, repo))["ExternalIP/acme/k1-api"]["allocated"]["address"]
+    with (repo / "tenants" / "initech" / "external.yaml").open("a") as out:
+        out.write("---\napiVersion: network.osac.io/v1alpha1\nkind: ExternalIP\n"
+                  f"metadata:\n  name: probe\nspec:\n  pool: public-a\n  address: {taken}\n")
+    provider = by_ref(status(tmp_path, repo))["ExternalIP/initech/probe"]["condition"]
+    assert provider["reason"] == "ADDRESS_CONFLICT"
+    assert "ExternalIP/acme/k1-api" in provider["message"], "the full view names the holder"
+    document = status(tmp_path, repo, "--tenant", "initech")
+    failed = by_ref(document)["ExternalIP/initech/probe"]["condition"]
+    assert failed["type"] == "Failed" and failed["reason"] == "ADDRESS_CONFLICT", failed
+    assert f"{taken} is held by another tenant's ExternalIP" in failed["message"], failed
+    shown = unet(tmp_path, "show", "status", str(repo), "--manager", "ovn", "--tenant",
+                 "initech").stdout
+    for text in (json.dumps(document), shown):
+        assert "acme" not in text and "k1-api" not in text, "another tenant's data"
+
+
+def test_a_manifest_whose_objects_a_manager_could_not_read_is_not_ready(
+        lab: OvnLab, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hosting clusters cannot be read: a plan leaves the kubernetes manager's objects
+    out (BACKEND_UNOBSERVED), so the status of what has objects there is unknown, not
+    Ready; what lives on the fabric alone is Ready."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    assert apply(tmp_path, repo).returncode == 0
+    result = unet(tmp_path, "show", "status", str(repo), "--tenant", "acme", "--format",
+                  "json")
+    assert result.returncode == 0, result.stderr
+    document = by_ref(json.loads(result.stdout))
+    web = document["Subnet/acme/web"]["condition"]  # its ClusterUserDefinedNetworks
+    assert web["type"] == "Pending" and web["reason"] == "BACKEND_UNOBSERVED", web
+    assert "'kubernetes'" in web["message"] and document["Subnet/acme/web"]["revision"] is None
+    assert document["ComputeInstance/acme/web-1"]["condition"]["type"] == "Ready"
+    assert status(tmp_path, repo, "--tenant", "acme")["counts"]["Pending"] == 1, \
+        "--manager ovn: the fabric alone is read, and it is what the repo asks"
+
+
+def test_what_a_tenant_reads_of_a_message_names_no_other_tenant() -> None:
+    from unet.reconciler.status import own_words
+
+    tenants = {"acme", "globex", "initech"}
+    assert own_words("203.0.113.10 is held by ExternalIP/acme/k1-api; never moves",
+                     "initech", tenants) == \
+        "203.0.113.10 is held by another tenant's ExternalIP; never moves"
+    assert own_words("globex/db-1/0 (ComputeInstance globex/db-1) gets tcp/22 from "
+                     "192.0.2.0/24 (tenants/globex/compute.yaml:12)", "acme", tenants) == \
+        "another tenant's NIC (another tenant's ComputeInstance) gets tcp/22 from " \
+        "192.0.2.0/24 (another tenant's file)"
+    own = ("acme/web-1/0 (ComputeInstance acme/web-1) is held by Subnet/acme/web in "
+           "tenants/acme/network.yaml:3")
+    assert own_words(own, "acme", tenants) == own, "its own names stay"
+
+
+@pytest.mark.parametrize("command", [["status"], ["usage", "--offline"],
+                                     ["bindings", "--offline"]])
+def test_a_tenants_view_of_an_invalid_repo_shows_its_own_errors_alone(
+        example_copy: Path, tmp_path: Path, command: list[str]) -> None:
+    """The repo has errors, so there is no view: the tenant is told its own and how many
+    others there are, never another tenant's files, lines or messages."""
+    edit_text(example_copy, "tenants/globex/compute.yaml", "  name: backup-1\n",
+              "  name: backup-1\n  labels: {x: 1}\n")  # a shape error of globex's
+    edit(example_copy, "tenants/initech/compute.yaml", "- subnet: build", "- subnet: bulid")
+    for fmt in ("text", "json"):
+        result = unet(tmp_path, "show", *command, str(example_copy), "--tenant", "initech",
+                      "--format", fmt)
+        assert result.returncode == 1
+        said = result.stdout + result.stderr
+        assert "tenants/initech/compute.yaml" in said and "REF_NOT_FOUND" in said, said
+        for other in ("globex", "acme", "backup-1", "web-3", "TARGET_PENDING"):
+            assert other not in said, (fmt, other, said)
+        assert "1 more error outside tenants/initech/" in result.stderr, result.stderr
+        assert "✖ 2 errors" in said or '"valid": false' in said, "never 'valid'"
+    whole = unet(tmp_path, "show", *command, str(example_copy), "--format", "json")
+    assert {d["file"].split("/")[1] for d in json.loads(whole.stdout)["diagnostics"]
+            if d["severity"] == "error"} == {"globex", "initech"}, "the provider's view"
+
+
 def test_an_apply_that_fails_part_way_names_the_manifests_it_left_pending(
         make_env: Any) -> None:  # noqa: F811  (the fixture imported above)
     env = make_env(**{"hosting-a1": {"finalizer_seconds": 600}})
@@ -181,3 +265,23 @@ def test_an_apply_publishes_each_tenants_status_beside_its_bindings(
     assert web["condition"]["type"] == "Pending" and web["condition"]["reason"] == \
         "APPLY_FAILED", web
     assert "still being deleted" in web["condition"]["message"]
+
+
+def test_a_status_configmap_that_is_not_ours_is_never_overwritten(
+        make_env: Any) -> None:  # noqa: F811  (the fixture imported above)
+    """Another installation's status of acme (or anyone's ConfigMap of that name) stays as
+    it is: the apply says it cannot publish there, and publishes everywhere else."""
+    env = make_env()
+    theirs = {"apiVersion": "v1", "kind": "ConfigMap", "data": {"status.json": "theirs"},
+              "metadata": {"name": "unet-status.kubernetes", "namespace": "acme",
+                           "labels": {"network.osac.io/managed-by": "unet",
+                                      "network.osac.io/installation": "staging"}}}
+    env.clusters["hosting-a1"].put(theirs)
+    code, out, err = env.apply()
+    assert code == 0, err
+    kept = env.clusters["hosting-a1"].get("configmaps", "unet-status.kubernetes", "acme")
+    assert kept is not None and kept["data"] == {"status.json": "theirs"}, kept
+    assert kept["metadata"]["labels"]["network.osac.io/installation"] == "staging"
+    assert "the status of tenant acme is not published on cluster hosting-a1" in out + err
+    assert _published(env, "hosting-a2", "acme") is not None
+    assert _published(env, "hosting-a1", "initech") is not None

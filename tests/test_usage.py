@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from unet.reconciler.daemon.loop import Options, Reconciler
@@ -23,6 +24,7 @@ from unet.reconciler.daemon.metrics import Metrics
 from .support.gitops import edit
 from .support.ovnlab import OvnLab
 from .support.ovnrun import apply, plan_json, unet
+from .test_k8s_contract import make_env  # noqa: F401  (a fixture)
 
 SPARE = """---
 apiVersion: network.osac.io/v1alpha1
@@ -85,6 +87,10 @@ def test_a_tenant_sees_its_subnets_and_the_shared_spaces_it_draws_from(
     assert {key[0] for key in spaces} == {"ExternalIPPool", "Subnet", "VIPBlock", "NetworkClass"}
     assert {key[1] for key in spaces if key[0] in ("Subnet", "VIPBlock")} == {"initech"}
     assert ("ExternalIPPool", None, "public-b", None) not in spaces, "globex's pool alone"
+    assert not any(key[0] == "ProviderNetwork" for key in spaces), "shared with globex alone"
+    globex = usage(tmp_path, example_copy, "--offline", "--tenant", "globex")
+    storage = globex[("ProviderNetwork", None, "storage-b", 4)]  # db-metal's storage NIC
+    assert storage["used"] == 1 and storage["size"] == 100, storage
     missing = unet(tmp_path, "show", "usage", str(example_copy), "--offline", "--tenant",
                    "nobody")
     assert missing.returncode == 1 and "no Tenant named 'nobody'" in missing.stderr
@@ -127,6 +133,38 @@ def test_with_prune_on_a_plan_counts_the_values_it_frees_as_free(
     assert nearly_full(planned["diagnostics"]) == []
     assert apply(tmp_path, repo).returncode == 0
     assert live(tmp_path, repo)[key]["used"] == 6
+
+
+def test_a_backend_that_cannot_be_read_fails_the_usage(
+        lab: OvnLab, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No figures from a backend that was not read (the hosting clusters, here): exit 1
+    saying which, as docs/output-formats.md says, never a table of zeros."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    assert apply(tmp_path, repo).returncode == 0
+    for only in ([], ["--manager", "kubernetes"]):
+        result = unet(tmp_path, "show", "usage", str(repo), "--format", "json", *only)
+        assert result.returncode == 1, (only, result.stdout)
+        assert result.stdout == "" and "NetworkManager 'kubernetes'" in result.stderr, \
+            result.stderr
+    assert live(tmp_path, repo)[("ExternalIPPool", None, "public-a", None)]["used"] == 6
+
+
+def test_a_k8s_manager_alone_counts_what_its_fabric_records(
+        make_env: Any) -> None:  # noqa: F811  (the fixture imported above)
+    """The allocations of a k8s manager's subnets are recorded by their fabric manager,
+    which `--manager kubernetes` reads too (as show status and plan do), never changes."""
+    env = make_env()
+    assert env.apply()[0] == 0
+    code, out, err = env.unet("show", "usage", str(env.repo), "--manager", "kubernetes",
+                              "--format", "json")
+    assert code == 0, err
+    alone = {(s["kind"], s["tenant"], s["name"], s["family"]): s["used"]
+             for s in json.loads(out)["spaces"]}
+    code, out, err = env.unet("show", "usage", str(env.repo), "--format", "json")
+    assert code == 0, err
+    both = {(s["kind"], s["tenant"], s["name"], s["family"]): s["used"]
+            for s in json.loads(out)["spaces"]}
+    assert alone == both and both[("Subnet", "acme", "web", 4)] > 0
 
 
 def test_the_daemon_exports_the_usage_as_gauges(lab: OvnLab, repo: Path,

@@ -309,16 +309,33 @@ class KubernetesSession(Session):
         """Each tenant's status in the ConfigMap `unet-status.<manager>` of its namespace,
         on every usable cluster (key `status.json`), beside its bindings."""
         problems = []
-        for tenant, document in sorted(statuses.items()):
-            body = status_configmap(self.manager, self.installation,
-                                    self.config.namespace_of(tenant), document)
-            for _name, cluster in sorted(self.clusters.items()):
-                if cluster.error is not None:
+        bodies = {tenant: status_configmap(self.manager, self.installation,
+                                           self.config.namespace_of(tenant), document)
+                  for tenant, document in sorted(statuses.items())}
+        name = f"unet-status.{self.manager}"
+        for cluster_name, cluster in sorted(self.clusters.items()):
+            if cluster.error is not None or not bodies:
+                continue
+            try:  # a ConfigMap of that name that is not ours (another installation's)
+                others = {item["metadata"].get("namespace"): whose
+                          for item in cluster.list(CONFIGMAP,
+                                                   field_selector=f"metadata.name={name}")
+                          if (whose := classify(item, self.installation, self.manager))}
+            except Exception as exc:  # the apply is done: said, never raised
+                why = cluster.explain(exc, "list", CONFIGMAP, name)
+                problems.append(f"no status is published on cluster {cluster_name}: {why}")
+                continue
+            for tenant, body in bodies.items():
+                meta = body["metadata"]
+                if meta["namespace"] in others:
+                    problems.append(
+                        f"the status of tenant {tenant} is not published on cluster "
+                        f"{cluster_name}: the ConfigMap {meta['namespace']}/{name} there is "
+                        f"{others[meta['namespace']]}; unet never overwrites it")
                     continue
                 try:
                     cluster.apply(CONFIGMAP, body)
                 except Exception as exc:  # the apply is done: said, never raised
-                    meta = body["metadata"]
                     why = cluster.explain(exc, "patch", CONFIGMAP, meta["name"],
                                           meta["namespace"])
                     problems.append(f"the status of tenant {tenant} is not published: {why}")

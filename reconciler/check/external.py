@@ -49,6 +49,10 @@ def check_external_ips(ctx: Context) -> None:
                        "leave address out to have one allocated")
         elif (pool.name, value) in claimed:
             other = claimed[(pool.name, value)]
+            if other.tenant != eip.tenant:  # a shared pool: each tenant's review sees it
+                ctx.report("ADDRESS_CONFLICT", other, ("spec", "address"),
+                           f"{ip} is also claimed by {eip.ref} in the shared pool "
+                           f"'{pool.name}'", "give each ExternalIP its own address")
             ctx.report("ADDRESS_CONFLICT", eip, ("spec", "address"),
                        f"{ip} is already claimed by {other.ref}")
         else:

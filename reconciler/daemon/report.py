@@ -33,7 +33,7 @@ def summary(run: Run) -> list[str]:
         lines.append(f"  reconciled {short(run.reconciled)} (the last good revision)")
     if run.errors:
         lines.append(f"  {run.errors} errors in the revision: nothing of it was applied")
-    if run.drift:
+    if run.drift and (run.result != DRIFT or run.repaired):  # a drift run's message says it
         lines.append(f"  drift: {run.drift} objects changed outside unet"
                      + (f", {run.repaired} repaired" if run.repaired else ""))
     lines.append(f"  took {run.duration:.1f} s")
