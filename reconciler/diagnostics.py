@@ -249,6 +249,11 @@ CODES: dict[str, CodeInfo] = {
         "Between two revisions (PR mode) and at plan time", _E,
         "a run of a shard (`--region`): a Tenant has regions both in and outside the shard"
     ),
+    "SHARD_REGION_UNKNOWN": CodeInfo(
+        "Between two revisions (PR mode) and at plan time", _E,
+        "a run of a shard (`--region`): no Tenant uses the region and no NetworkManager "
+        "serves it (misspelt?)"
+    ),
     "SHARD_SPLITS_MANAGER": CodeInfo(
         "Between two revisions (PR mode) and at plan time", _E,
         "a run of a shard (`--region`): a k8s NetworkManager serves regions both in and "

@@ -42,6 +42,8 @@ FIXES = {
                        "the object",
     "SHARD_SPLITS_TENANT": "run the shard with every region of the Tenant (`--region` "
                            "repeated), or the whole repo",
+    "SHARD_REGION_UNKNOWN": "name the regions as the Tenants and NetworkManagers of "
+                            "provider/ do (`--region`, repeated)",
     "SHARD_SPLITS_MANAGER": "run the shard with every region the NetworkManager serves, or "
                             "the whole repo",
     "PRUNE_DISABLED": "delete the objects by hand, or set `prune: true` in unet.yaml",

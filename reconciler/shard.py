@@ -27,6 +27,8 @@ What a shard cannot check is what lies between shards: the whole repo's validati
 
 from __future__ import annotations
 
+import difflib
+
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -93,7 +95,8 @@ def share_files(shard: Shard, listing: Listing, parse: ParseFn) -> Share:
     provider = list(listing(_outside_tenants))
     declared = [m for item in provider if isinstance(item, SourceFile)
                 for m in parse(item) if m.kind in ("Tenant", "NetworkManager")]
-    problems = [*_split_tenants(shard, declared), *_split_managers(shard, declared)]
+    problems = [*_unknown_regions(shard, declared), *_split_tenants(shard, declared),
+                *_split_managers(shard, declared)]
     tenants = frozenset(m.name for m in declared
                         if m.kind == "Tenant" and shard.holds(m.obj.spec.regions))
     if problems:  # the run stops on them: its tenants' files are not worth reading
@@ -107,6 +110,22 @@ def share_files(shard: Shard, listing: Listing, parse: ParseFn) -> Share:
             if (item.path if isinstance(item, SourceFile) else item.file or "")
             .startswith("tenants/")]
     return Share([*provider, *mine], tenants)
+
+
+def _unknown_regions(shard: Shard, declared: list[Manifest]) -> list[Diagnostic]:
+    """A region no Tenant uses and no NetworkManager serves (a misspelt `--region`) would
+    make a shard of nothing, whose every plan says "No changes"."""
+    known = sorted({region for m in declared for region in m.obj.spec.regions})
+    out = []
+    for region in sorted(shard.regions - set(known)):
+        close = difflib.get_close_matches(region, known, n=1)
+        out.append(Diagnostic(
+            "SHARD_REGION_UNKNOWN",
+            f"region {region} (--region) is used by no Tenant and served by no "
+            "NetworkManager: the shard would hold nothing of it",
+            hint=f"did you mean {close[0]}?" if close else
+            f"the regions of the repo: {', '.join(known) or 'none'}"))
+    return out
 
 
 def _split_tenants(shard: Shard, declared: list[Manifest]) -> list[Diagnostic]:

@@ -146,6 +146,15 @@ def test_a_k8s_manager_split_between_shards_is_refused(template: Path, tmp_path:
     assert [d.code for d in share.diagnostics if d.is_error] == ["SHARD_SPLITS_MANAGER"]
 
 
+def test_a_region_nobody_declares_is_refused(template: Path, tmp_path: Path) -> None:
+    """A misspelt `--region` would make a shard of nothing: a plan of no tenant that says
+    "No changes" and deletes nothing, for every run of the daemon."""
+    share = validate_repo(template, shard=Shard(frozenset(["region-a", "regoin-b"])))
+    errors = [d for d in share.diagnostics if d.is_error]
+    assert [d.code for d in errors] == ["SHARD_REGION_UNKNOWN"], share.diagnostics
+    assert "regoin-b" in errors[0].message and "region-b" in (errors[0].hint or "")
+
+
 def test_a_plan_between_revisions_is_of_the_whole_repo(repo: Path) -> None:
     result = unet(repo, "plan", str(repo), "--base", "HEAD", "--region", "region-a")
     assert result.returncode == 1 and "whole repo" in result.stderr
