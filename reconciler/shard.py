@@ -28,7 +28,6 @@ What a shard cannot check is what lies between shards: the whole repo's validati
 from __future__ import annotations
 
 import difflib
-
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
