@@ -37,3 +37,26 @@ def test_a_run_without_changes_builds_no_plan_json(tmp_path: Path,
     monkeypatch.delenv("GITHUB_OUTPUT", raising=False)
     assert once(_Reconciled(tmp_path), Serving(), False) == 0  # type: ignore[arg-type]
     assert "no changes" in capsys.readouterr().out
+
+
+def test_a_folder_run_records_the_commit_only_when_its_files_are_the_commits(
+        tmp_path: Path) -> None:
+    """A run of a folder records the commit checked out as its revision, unless files
+    under the folder differ from it: then the files on disk (None), which no commit holds."""
+    from unet.reconciler.daemon.loop import _folder_commit
+
+    from .support.gitops import commit_all, git
+
+    folder = tmp_path / "repo" / "network"
+    folder.mkdir(parents=True)
+    (folder / "unet.yaml").write_text("installation: t\n")
+    git(tmp_path / "repo", "init", "-q")
+    head = commit_all(tmp_path / "repo", "first")
+    assert _folder_commit(folder) == head
+    (tmp_path / "repo" / "elsewhere.txt").write_text("not the network's\n")
+    assert _folder_commit(folder) == head, "a file outside the folder changes nothing"
+    (folder / "unet.yaml").write_text("installation: u\n")
+    assert _folder_commit(folder) is None
+    commit_all(tmp_path / "repo", "second")
+    (folder / "new.yaml").write_text("{}\n")
+    assert _folder_commit(folder) is None, "a new file is not the commit's either"

@@ -36,7 +36,8 @@ class Run:
     started: str = ""                 # UTC, ISO 8601
     source: str = ""                  # the repo URL or folder
     branch: str | None = None
-    revision: str | None = None       # the commit found on the branch (or the folder's HEAD)
+    revision: str | None = None       # the commit found on the branch (or the folder's HEAD;
+    #                                   None when the folder's files differ from it)
     reconciled: str | None = None     # the commit actually planned and applied (last good)
     result: str = ERROR
     message: str = ""

@@ -385,11 +385,16 @@ def _drift_message(count: int) -> str:
 
 
 def _folder_commit(folder: Path) -> str | None:
-    """The commit checked out in `folder`, when it is a Git work tree (for the record)."""
+    """The commit checked out in `folder`, when it is a Git work tree whose files under
+    `folder` are that commit's (for the record); None when they differ from it (changed
+    or new files): what was reconciled is the files on disk, which no commit holds."""
     try:
         import git
 
-        return str(git.Repo(folder, search_parent_directories=True).head.commit.hexsha)
+        repo = git.Repo(folder, search_parent_directories=True)
+        commit = str(repo.head.commit.hexsha)
+        inside = folder.resolve().relative_to(Path(repo.working_dir).resolve()).as_posix()
+        return None if repo.is_dirty(untracked_files=True, path=inside) else commit
     except Exception:  # not a Git repo, no commit yet: the files are still reconciled
         return None
 
