@@ -395,9 +395,10 @@ def _validate_target(paths: list[Path]) -> tuple[Path, set[str] | None]:
     if len(paths) == 1 and paths[0].is_dir():
         return paths[0], None
     for path in paths:
+        if path.is_dir():
+            raise UnetError(f"{path} is a folder: give one folder, or files")
         if not path.is_file():
-            what = "a folder: give one folder, or files" if path.is_dir() else "no file"
-            raise UnetError(f"{path} is {what}")
+            raise UnetError(f"{path}: no such file or folder")
     root = repo_root(paths[0].parent)
     if not (root / "unet.yaml").is_file():
         raise UnetError(f"{paths[0]} is not in a network repo: no unet.yaml in its folder "

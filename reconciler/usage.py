@@ -76,6 +76,12 @@ class Usage:
         return 100.0 * self.used / self.space.size if self.space.size else 100.0
 
     @property
+    def shown_percent(self) -> str:
+        """The percentage for people: 100 only when nothing is free (99.6 % with one
+        address free is not full)."""
+        return f"{self.percent if not self.free else min(self.percent, 99.0):.0f}"
+
+    @property
     def nearly_full(self) -> bool:
         return self.used * 100 >= self.space.size * NEARLY_FULL_PERCENT
 
@@ -338,7 +344,7 @@ def nearly_full(usages: Iterable[Usage]) -> list[Diagnostic]:
         unit = "segment ids" if usage.space.id[0] == "NetworkClass" else "addresses"
         out.append(Diagnostic(
             "POOL_NEARLY_FULL",
-            f"{usage.space.label} is {usage.percent:.0f} % full: {usage.used} of "
+            f"{usage.space.label} is {usage.shown_percent} % full: {usage.used} of "
             f"{usage.space.size} {unit} used, {usage.free} free",
             file=doc.file, line=doc.line_of(path), path=json_pointer(path),
             hint="make room before it runs out (a larger range, another pool or subnet, "
@@ -366,7 +372,7 @@ def render_text(usages: list[Usage]) -> str:
     rows = [("SPACE", "SIZE", "USED", "FREE", "USE%")]
     for usage in usages:
         rows.append((usage.space.label, str(usage.space.size), str(usage.used),
-                     str(usage.free), f"{usage.percent:.0f}%" + (
+                     str(usage.free), f"{usage.shown_percent}%" + (
                          "  nearly full" if usage.nearly_full and usage.used else "")))
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
     return "".join(f"{row[0]:{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  "

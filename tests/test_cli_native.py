@@ -106,7 +106,7 @@ def test_validate_files_reports_only_those_files(example_copy: Path) -> None:
     outside = unet(example_copy, "validate", "tenants/acme/network.yaml", str(ROOT / "README.md"))
     assert outside.returncode == 1 and "is not inside the network repo" in outside.stderr
     for args, said in ((("tenants/acme", "unet.yaml"), "is a folder: give one folder, or files"),
-                       (("tenants/acme/nope.yaml",), "is no file"),
+                       (("tenants/acme/nope.yaml",), "nope.yaml: no such file or folder"),
                        ((str(ROOT / "README.md"),), "is not in a network repo: no unet.yaml")):
         refused = unet(example_copy, "validate", *args)
         assert refused.returncode == 1 and said in refused.stderr, (args, refused.stderr)

@@ -216,3 +216,15 @@ def test_validate_names_a_nearly_full_subnet_and_segment_range_where_they_are_si
     subnet = found[sorted(found)[1]]
     assert (subnet.file, subnet.path) == ("tenants/initech/network.yaml", "/spec/ipv4Cidr")
     assert subnet.line == 20 and not subnet.is_error
+
+
+def test_a_space_with_room_left_is_never_shown_full() -> None:
+    from types import SimpleNamespace
+
+    from unet.reconciler.usage import Usage
+
+    def shown(used: int, size: int) -> str:
+        return Usage(SimpleNamespace(size=size), used).shown_percent  # type: ignore[arg-type]
+
+    assert [shown(249, 250), shown(250, 250), shown(1, 1000), shown(0, 0)] == \
+        ["99", "100", "0", "100"]
