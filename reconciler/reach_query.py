@@ -336,7 +336,7 @@ class Question:
                 continue
             if rule.security_group is not None:
                 if peer_nic is not None and rule.security_group in peer_nic.groups and \
-                        (peer_nic.tenant, peer_nic.vn) == (nic.tenant, nic.vn):
+                        (peer_nic.tenant, peer_nic.vn) == self.reach.remote_network(nic, rule):
                     return [written, membership]
                 continue
             cidr = network(rule.cidr)

@@ -21,16 +21,20 @@ class AclRule:
     icmp_code: int | None = None
     cidr: str | None = None
     remote_group: str | None = None
+    #: (tenant, network) of a remote group of a peered network; None: the rule's own
+    remote_network: tuple[str, str] | None = None
 
     @classmethod
-    def of(cls, rule: Any) -> AclRule:
+    def of(cls, rule: Any, remote_network: tuple[str, str] | None = None) -> AclRule:
         return cls(rule.protocol, rule.port_from, rule.port_to, rule.icmp_type, rule.icmp_code,
-                   rule.cidr, rule.security_group)
+                   rule.cidr, rule.security_group, remote_network)
 
-    def matches(self, pg: str, direction: str, members: Callable[[str, str], str],
+    def matches(self, pg: str, direction: str,
+                members: Callable[[str, str, tuple[str, str] | None], str],
                 families: tuple[str, ...]) -> list[str]:
         """One ACL match per address family the rule covers and the network has; `members`
-        gives the match operand of a remote group's addresses in a family."""
+        gives the match operand of a remote group's addresses in a family (of a peered
+        network, when it names one)."""
         port = "outport" if direction == "ingress" else "inport"
         peer = "src" if direction == "ingress" else "dst"
         out = []
@@ -44,7 +48,8 @@ class AclRule:
                     else f" && {family}.{peer} == {self.cidr}"
             else:
                 assert self.remote_group is not None, "a rule has a CIDR or a group"
-                remote = f" && {family}.{peer} == {members(self.remote_group, family)}"
+                remote = f" && {family}.{peer} == " \
+                    f"{members(self.remote_group, family, self.remote_network)}"
             out.append(f"{port} == @{pg} && {family}{remote}{self._l4(family)}")
         return out
 
