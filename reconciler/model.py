@@ -133,6 +133,11 @@ class Model:
         return self.ctx.peered.get((tenant, vn), {})
 
     @cached_property
+    def established_peerings(self) -> frozenset[str]:
+        """The references of the VirtualNetworkPeerings both sides declare."""
+        return frozenset(p.ref for peers in self.ctx.peered.values() for p in peers.values())
+
+    @cached_property
     def peering_links(self) -> dict[tuple[tuple[str | None, str], tuple[str | None, str]], int]:
         """(network, peer) → the /30 of 169.254.0.0/16 that links their routers (the
         network's address is the first host of it when it sorts first, else the second).

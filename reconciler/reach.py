@@ -79,7 +79,7 @@ class Cause:
 
     ref: str  # Kind/tenant/name
     path: tuple[str | int, ...]
-    what: str  # rule, membership, external IP, port forward, provider network tenants
+    what: str  # rule, membership, external IP, port forward, provider network tenants, peering
 
     def __str__(self) -> str:
         return f"{self.what} ({self.ref} {'.'.join(map(str, self.path))})"
@@ -272,8 +272,11 @@ class Reachability:
                     because: tuple[Cause, ...], where: tuple[str, str]) -> Iterator[Opening]:
         members = tuple(sorted(m.name for m in self.members.get((*where, group), ())
                                if m.name != nic.name and self.path(m, nic, family)))
-        shown = f"group {group}" if where == (nic.tenant, nic.vn) else \
-            f"group {group} of {where[0]}/{where[1]} (peered)"
+        shown = f"group {group}"
+        if where != (nic.tenant, nic.vn):
+            shown += f" of {where[0]}/{where[1]} (peered)"
+            peering = self.model.peers(nic.tenant, nic.vn)[where]
+            because = (*because, Cause(peering.ref, ("spec", "peer"), "peering"))
         if members:
             yield Opening(nic.name, shown, traffic, family, None, because, members)
 

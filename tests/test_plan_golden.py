@@ -333,8 +333,13 @@ def test_a_tenant_joins_a_provider_network(tmp_path: Path, example: Validation) 
          "owner": "SecurityGroup/initech/nas"}]
 
 
-INITECH = ["ComputeInstance/initech/ci-runner-1", "ExternalIP/initech/launch-web",
-           "Subnet/initech/build", "Tenant/initech", "VirtualNetwork/initech/lab"]
+INITECH = ["ComputeInstance/initech/artifact-mirror-1", "ComputeInstance/initech/ci-runner-1",
+           "ExternalIP/initech/launch-web", "SecurityGroup/initech/mirror",
+           "Subnet/initech/build", "Subnet/initech/mirror", "Tenant/initech",
+           "VirtualNetwork/initech/lab", "VirtualNetwork/initech/mirror",
+           "VirtualNetworkPeering/initech/mirror-globex"]
+#: globex's side of its peering with initech: pending once initech is gone
+GLOBEX_PEERING = "VirtualNetworkPeering/globex/corp-initech-mirror"
 
 
 def test_remove_tenant_without_prune_keeps_everything(tmp_path: Path) -> None:
@@ -363,9 +368,11 @@ def test_remove_tenant_without_prune_keeps_everything(tmp_path: Path) -> None:
 def test_remove_tenant_with_prune_deletes_it(tmp_path: Path, example: Validation) -> None:
     doc = plan_edit(tmp_path, example, lambda repo: remove_tenant(repo, "initech"))
     check_golden("remove_tenant_prune", doc)
-    assert [r["address"] for r in non_noop(doc)] == INITECH
-    assert all(r["actions"] == ["delete"] for r in non_noop(doc))
-    base_rows = [o for o in render_desired(example, {}).objects if o.owner in INITECH]
+    # globex's side stays in the repo, pending: its link and route go with initech's
+    assert {r["address"]: r["actions"] for r in non_noop(doc)} == {
+        **dict.fromkeys(INITECH, ["delete"]), GLOBEX_PEERING: ["update"]}
+    base_rows = [o for o in render_desired(example, {}).objects
+                 if o.owner in (*INITECH, GLOBEX_PEERING)]
     deleted = [c for c in doc["backend_changes"] if c["actions"] == ["delete"]]
     assert sorted(c["id"] for c in deleted) == sorted(o.uid for o in base_rows)
     assert doc["row_counts"] == {"create": 0, "delete": len(base_rows), "replace": 0,

@@ -46,9 +46,6 @@ def _check_one(ctx: Context, peering: Manifest, earlier: Manifest | None) -> boo
     own = ctx.lookup(peering, ("spec", "virtualNetwork"), "VirtualNetwork",
                      spec.virtual_network, peering.tenant)
     tenant, name = peer_of(peering)
-    if tenant is not None and tenant != peering.tenant and ctx.lookup(
-            peering, ("spec", "peer", "tenant"), "Tenant", tenant) is None:
-        return False
     if (tenant, name) == own_side(peering):
         ctx.report("PEERING_INVALID", peering, ("spec", "peer"),
                    f"VirtualNetwork '{name}' cannot peer with itself",
@@ -120,7 +117,10 @@ def _pending(ctx: Context, peering: Manifest, peer: Side) -> None:
         return
     tenant, name = peer
     own = own_side(peering)
-    if ctx.get("VirtualNetwork", tenant, name) is None:
+    if not ctx.declared("Tenant", None, tenant):
+        # the provider may remove a tenant: its peers' sides wait, as for a network
+        missing = f"there is no tenant {tenant}"
+    elif ctx.get("VirtualNetwork", tenant, name) is None:
         if ctx.declared("VirtualNetwork", tenant, name):
             return  # declared with an error, reported there
         missing = f"VirtualNetwork {tenant}/{name} is not declared"
