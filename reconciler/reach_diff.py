@@ -5,8 +5,8 @@ longer can (`lost`), with the cause, found by what differs between the two revis
 around that opening, the first that applies: the workload is new, it joined the group
 whose rule admits it, a public address now leads to it (an ExternalIPAttachment, a port
 forward), the source group has new members, the provider network names new tenants, a
-peering now routes it; otherwise a rule of its groups changed. Internet-facing entries (through a public
-address) come first.
+peering now routes it; otherwise a rule of its groups changed. Internet-facing entries
+(through a public address) come first.
 """
 
 from __future__ import annotations

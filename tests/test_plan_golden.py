@@ -370,7 +370,7 @@ def test_remove_tenant_with_prune_deletes_it(tmp_path: Path, example: Validation
     check_golden("remove_tenant_prune", doc)
     # globex's side stays in the repo, pending: its link and route go with initech's
     assert {r["address"]: r["actions"] for r in non_noop(doc)} == {
-        **dict.fromkeys(INITECH, ["delete"]), GLOBEX_PEERING: ["update"]}
+        **{key: ["delete"] for key in INITECH}, GLOBEX_PEERING: ["update"]}
     base_rows = [o for o in render_desired(example, {}).objects
                  if o.owner in (*INITECH, GLOBEX_PEERING)]
     deleted = [c for c in doc["backend_changes"] if c["actions"] == ["delete"]]
