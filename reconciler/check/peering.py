@@ -100,7 +100,7 @@ def _same_fabric(ctx: Context, peering: Manifest, own: Manifest, peer: Manifest,
                        f"VirtualNetwork {vn.tenant}/{vn.name} is realised on hosting clusters "
                        f"(NetworkClass '{cls.name}' has k8sManager "
                        f"'{cls.obj.spec.k8s_manager}'): unet does not peer such networks yet",
-                       "peer networks of classes with a fabricManager only")
+                       "peer networks whose NetworkClass has no k8sManager")
             return False
     managers = {c.obj.spec.fabric_manager for c in classes if c is not None}
     if len(managers) != 1 or None in managers:
