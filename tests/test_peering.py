@@ -22,19 +22,20 @@ from unet.reconciler.reach_query import ask
 from unet.reconciler.validate import validate_repo
 
 from .conftest import EXAMPLE, copy_checkout
+from .support.ovnrun import apply, assert_noop, northd_problems, ours
 from .support.trace import TCP, Fabric, append_docs, applied, delivered, dropped, manifest
 
 #: a network of initech in region-b that is peered with nobody
 THIRD = (manifest("VirtualNetwork", "scratch", {"region": "region-b",
                                                 "ipv4Cidr": "192.168.64.0/20"}),
-         manifest("Subnet", "scratch", {"virtualNetwork": "scratch",
-                                        "ipv4Cidr": "192.168.64.0/24"}),
+         manifest("Subnet", "scratch-hosts", {"virtualNetwork": "scratch",
+                                              "ipv4Cidr": "192.168.64.0/24"}),
          manifest("SecurityGroup", "scratch", {
              "virtualNetwork": "scratch",
              "ingress": [{"protocol": "all", "cidr": "0.0.0.0/0"}],
              "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"}]}),
          manifest("ComputeInstance", "scratch-1", {
-             "networkAttachments": [{"subnet": "scratch", "securityGroups": ["scratch"]}]}))
+             "networkAttachments": [{"subnet": "scratch-hosts", "securityGroups": ["scratch"]}]}))
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,49 @@ def peered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     repo = root / "repo"
     copy_checkout(EXAMPLE, repo)
     append_docs(repo, "tenants/initech/scratch.yaml", *THIRD)
+    with applied(root, repo) as fabric:
+        yield fabric
+
+
+#: two dual-stack networks of initech in region-b, peered within the tenant (no
+#: `peer.tenant`): a's group admits ssh from b's group through the peering, b's group
+#: admits https from a's CIDRs
+DUAL = (
+    *(doc for name, number in (("a", 32), ("b", 48)) for doc in (
+        manifest("VirtualNetwork", f"dual-{name}", {
+            "region": "region-b", "ipv4Cidr": f"192.168.{number}.0/20",
+            "ipv6Cidr": f"fd20:{number}::/48"}),
+        manifest("Subnet", f"dual-{name}-hosts", {
+            "virtualNetwork": f"dual-{name}", "ipv4Cidr": f"192.168.{number}.0/24",
+            "ipv6Cidr": f"fd20:{number}:0:1::/64"}),
+        manifest("ComputeInstance", f"dual-{name}-1", {"networkAttachments": [
+            {"subnet": f"dual-{name}-hosts", "securityGroups": [f"dual-{name}"]}]}))),
+    manifest("VirtualNetworkPeering", "a-b", {"virtualNetwork": "dual-a",
+                                              "peer": {"virtualNetwork": "dual-b"}}),
+    manifest("VirtualNetworkPeering", "b-a", {"virtualNetwork": "dual-b",
+                                              "peer": {"virtualNetwork": "dual-a"}}),
+    manifest("SecurityGroup", "dual-a", {
+        "virtualNetwork": "dual-a",
+        "ingress": [{"protocol": "tcp", "portFrom": 22, "portTo": 22,
+                     "securityGroup": "dual-b", "peering": "a-b"}],
+        "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"},
+                   {"protocol": "all", "cidr": "::/0"}]}),
+    manifest("SecurityGroup", "dual-b", {
+        "virtualNetwork": "dual-b",
+        "ingress": [{"protocol": "tcp", "portFrom": 443, "portTo": 443,
+                     "cidr": "192.168.32.0/20"},
+                    {"protocol": "tcp", "portFrom": 443, "portTo": 443,
+                     "cidr": "fd20:32::/48"}],
+        "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"},
+                   {"protocol": "all", "cidr": "::/0"}]}))
+
+
+@pytest.fixture(scope="module")
+def dual(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    root = tmp_path_factory.mktemp("trace-peering-dual")
+    repo = root / "repo"
+    copy_checkout(EXAMPLE, repo)
+    append_docs(repo, "tenants/initech/dual.yaml", *DUAL)
     with applied(root, repo) as fabric:
         yield fabric
 
@@ -77,9 +121,9 @@ def test_a_peer_groups_members_reach_the_mirror_and_nothing_else_does(peered: Fa
     assert {nb.row("Logical_Router/globex/corp")["name"],
             nb.row("Logical_Router/initech/mirror")["name"]} <= https.datapaths
     ssh = peered.send(app1, nb.gateway("globex", "app").mac, mirror1.ip4, TCP.format(22))
-    dropped(ssh, "ls_out_acl", nb.row("Logical_Switch/initech/mirror")["name"])
+    dropped(ssh, "ls_out_acl", nb.row("Logical_Switch/initech/artifacts")["name"])
     other = peered.send(db, nb.gateway("globex", "data").mac, mirror1.ip4, TCP.format(443))
-    dropped(other, "ls_out_acl", nb.row("Logical_Switch/initech/mirror")["name"])
+    dropped(other, "ls_out_acl", nb.row("Logical_Switch/initech/artifacts")["name"])
 
 
 def test_the_other_way_the_peers_own_groups_decide(peered: Fabric) -> None:
@@ -90,7 +134,7 @@ def test_the_other_way_the_peers_own_groups_decide(peered: Fabric) -> None:
     app1 = nb.port("globex", "ComputeInstance", "app-1")
     db = nb.port("globex", "BaremetalInstance", "db-metal")
     mirror1 = nb.port("initech", "ComputeInstance", "artifact-mirror-1")
-    gateway = nb.gateway("initech", "mirror").mac
+    gateway = nb.gateway("initech", "artifacts").mac
     assert app1.ip4 is not None and db.ip4 is not None
     delivered(peered.send(mirror1, gateway, app1.ip4, TCP.format(8443)), app1)
     dropped(peered.send(mirror1, gateway, db.ip4, TCP.format(5432)), "ls_out_acl",
@@ -108,12 +152,12 @@ def test_a_third_network_stays_apart(peered: Fabric) -> None:
     mine = nb.row("Logical_Router/initech/scratch")["name"]
     for target in (mirror1, app1):
         assert target.ip4 is not None
-        result = peered.send(scratch1, nb.gateway("initech", "scratch").mac, target.ip4,
+        result = peered.send(scratch1, nb.gateway("initech", "scratch-hosts").mac, target.ip4,
                              TCP.format(443))
         assert target.name not in result.ports, result
-        assert result.datapaths <= {mine, nb.row("Logical_Switch/initech/scratch")["name"]}, \
+        assert result.datapaths <= {mine, nb.row("Logical_Switch/initech/scratch-hosts")["name"]}, \
             result
-    for source, subnet in ((mirror1, ("initech", "mirror")), (app1, ("globex", "app"))):
+    for source, subnet in ((mirror1, ("initech", "artifacts")), (app1, ("globex", "app"))):
         result = peered.send(source, nb.gateway(*subnet).mac, scratch1.ip4, TCP.format(443))
         assert scratch1.name not in result.ports, result
 
@@ -135,6 +179,63 @@ def test_the_model_answers_as_the_wire(peered: Fabric) -> None:
     for source, target, port, expected in cases:
         answer = ask(reach, source, target, port)
         assert answer.allowed is expected, (source, target, port, answer.because)
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_both_families_are_routed_and_filtered_both_ways(dual: Fabric, family: int) -> None:
+    """a → b: https admitted by b's CIDR rule, ssh dropped at b's port; b → a: ssh admitted
+    by a's rule naming b's group through the peering (IPv6: routed to the peer port's
+    link-local address), https dropped at a's port."""
+    nb = dual.nb
+    a1 = nb.port("initech", "ComputeInstance", "dual-a-1")
+    b1 = nb.port("initech", "ComputeInstance", "dual-b-1")
+    gateways = {name: nb.gateway("initech", f"dual-{name}-hosts").mac for name in "ab"}
+
+    def to(port: Any) -> str:
+        address = port.ip4 if family == 4 else port.ip6
+        assert address is not None
+        return str(address)
+
+    delivered(dual.send(a1, gateways["a"], to(b1), TCP.format(443)), b1)
+    dropped(dual.send(a1, gateways["a"], to(b1), TCP.format(22)), "ls_out_acl",
+            nb.row("Logical_Switch/initech/dual-b-hosts")["name"])
+    delivered(dual.send(b1, gateways["b"], to(a1), TCP.format(22)), a1)
+    dropped(dual.send(b1, gateways["b"], to(a1), TCP.format(443)), "ls_out_acl",
+            nb.row("Logical_Switch/initech/dual-a-hosts")["name"])
+
+
+def test_a_peering_applies_once_and_northd_takes_it(dual: Fabric) -> None:
+    assert_noop(dual.repo, dual.repo)
+    assert northd_problems(dual.lab) == []
+
+
+def test_removing_one_side_takes_the_link_down(dual: Fabric, tmp_path: Path) -> None:
+    """Both sides' link rows go in one apply (the other side is pending now); a second
+    plan has nothing left to do. Then the side comes back, and the link with it."""
+    def links() -> list[str]:
+        return sorted(key for table in ("Logical_Router_Port", "Logical_Router_Static_Route")
+                      for r in ours(dual.lab.nb_remote, table, "example")
+                      if "/dual-" in (key := r["external_ids"]["unet:key"])
+                      and "/peering/" in key)
+
+    both = links()
+    assert len(both) == 6, both  # per side: a port and a route per family
+    docs = dual.repo / "tenants/initech/dual.yaml"
+    text = docs.read_text()
+    kept = [d for d in yaml.safe_load_all(text) if d and d["metadata"]["name"] != "b-a"]
+    docs.write_text(yaml.safe_dump_all(kept, sort_keys=False))
+    try:
+        result = apply(dual.repo, dual.repo)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "PEERING_PENDING" in result.stdout + result.stderr
+        assert_noop(dual.repo, dual.repo)
+        assert links() == []
+    finally:
+        docs.write_text(text)
+        result = apply(dual.repo, dual.repo)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert_noop(dual.repo, dual.repo)
+    assert links() == both
 
 
 # --- one side, and what cannot peer -----------------------------------------------------------
@@ -178,14 +279,3 @@ def test_a_network_on_hosting_clusters_cannot_peer_yet(tmp_path: Path) -> None:
             "virtualNetwork": "lab", "peer": {"tenant": "acme", "virtualNetwork": "prod"}})]})
     found = validate_repo(repo).diagnostics
     assert [d.code for d in found if d.code.startswith("PEERING")] == ["PEERING_NOT_SUPPORTED"]
-
-
-def test_a_changed_example_applies_once(peered: Fabric, tmp_path: Path) -> None:
-    """Removing one side closes the link: the plan deletes that side's rows, and the
-    other side's (owned by its own peering, now pending) too."""
-    repo = tmp_path / "repo"
-    shutil.copytree(peered.repo, repo)
-    (repo / "tenants/globex/peering.yaml").unlink()
-    head = validate_repo(repo)
-    desired = render_desired(head, {})
-    assert not [o for o in desired.objects if "/peering/" in o.key]
