@@ -8,7 +8,6 @@ is peered with nobody, and a repo where initech alone declares its side.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

@@ -335,7 +335,7 @@ def test_a_tenant_joins_a_provider_network(tmp_path: Path, example: Validation) 
 
 INITECH = ["ComputeInstance/initech/artifact-mirror-1", "ComputeInstance/initech/ci-runner-1",
            "ExternalIP/initech/launch-web", "SecurityGroup/initech/mirror",
-           "Subnet/initech/build", "Subnet/initech/mirror", "Tenant/initech",
+           "Subnet/initech/artifacts", "Subnet/initech/build", "Tenant/initech",
            "VirtualNetwork/initech/lab", "VirtualNetwork/initech/mirror",
            "VirtualNetworkPeering/initech/mirror-globex"]
 #: globex's side of its peering with initech: pending once initech is gone
