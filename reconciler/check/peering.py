@@ -32,8 +32,7 @@ def check_peerings(ctx: Context) -> None:
     for (own, peer), peering in declared.items():
         reverse = declared.get((peer, own))
         if reverse is None:
-            if (peer, own) not in written and \
-                    not ctx.declares_invalid("VirtualNetworkPeering", peer[0]):
+            if (peer, own) not in written and not _has_invalid_peering(ctx, peer[0]):
                 _pending(ctx, peering, peer)
             continue
         if id(peering) not in ctx.invalid and id(reverse) not in ctx.invalid:
@@ -46,6 +45,9 @@ def _check_one(ctx: Context, peering: Manifest, earlier: Manifest | None) -> boo
     own = ctx.lookup(peering, ("spec", "virtualNetwork"), "VirtualNetwork",
                      spec.virtual_network, peering.tenant)
     tenant, name = peer_of(peering)
+    if tenant != peering.tenant and ctx.lookup(
+            peering, ("spec", "peer", "tenant"), "Tenant", str(tenant)) is None:
+        return False
     if (tenant, name) == own_side(peering):
         ctx.report("PEERING_INVALID", peering, ("spec", "peer"),
                    f"VirtualNetwork '{name}' cannot peer with itself",
@@ -57,9 +59,10 @@ def _check_one(ctx: Context, peering: Manifest, earlier: Manifest | None) -> boo
                    f"{tenant}/{name} by VirtualNetworkPeering '{earlier.name}'",
                    "remove one of them")
         return False
-    peer = ctx.get("VirtualNetwork", tenant, name)
+    peer = ctx.lookup(peering, ("spec", "peer", "virtualNetwork"), "VirtualNetwork", name,
+                      tenant)
     if own is None or peer is None:
-        return own is not None
+        return False
     return _check_pair(ctx, peering, own, peer)
 
 
@@ -112,22 +115,19 @@ def _same_fabric(ctx: Context, peering: Manifest, own: Manifest, peer: Manifest,
     return True
 
 
+def _has_invalid_peering(ctx: Context, tenant: str | None) -> bool:
+    """Whether the tenant declares a peering with an error: it may be the other side, and
+    its error is reported already."""
+    return ctx.declares_invalid("VirtualNetworkPeering", tenant) or any(
+        id(p) in ctx.invalid for p in ctx.kind("VirtualNetworkPeering") if p.tenant == tenant)
+
+
 def _pending(ctx: Context, peering: Manifest, peer: Side) -> None:
-    if id(peering) in ctx.invalid:
-        return
     tenant, name = peer
     own = own_side(peering)
-    if not ctx.declared("Tenant", None, tenant):
-        # the provider may remove a tenant: its peers' sides wait, as for a network
-        missing = f"there is no tenant {tenant}"
-    elif ctx.get("VirtualNetwork", tenant, name) is None:
-        if ctx.declared("VirtualNetwork", tenant, name):
-            return  # declared with an error, reported there
-        missing = f"VirtualNetwork {tenant}/{name} is not declared"
-    else:
-        missing = f"tenant {tenant} has not declared the other side"
     ctx.report("PEERING_PENDING", peering, ("spec", "peer"),
-               f"peering pending: {missing}; nothing is routed between "
+               f"peering pending: tenant {tenant} has not declared the other side; "
+               "nothing is routed between "
                f"{own[0]}/{own[1]} and {tenant}/{name} until it is",
                f"in tenants/{tenant}/, a VirtualNetworkPeering with virtualNetwork: {name} "
                f"and peer: {{tenant: {own[0]}, virtualNetwork: {own[1]}}}")

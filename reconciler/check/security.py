@@ -83,6 +83,9 @@ def _check_peer_group(ctx: Context, group: Manifest, path: Path_, peering_name: 
     if peering is None:
         return False
     vn = group.obj.spec.virtual_network
+    if ctx.rejected(group, ("spec", "virtualNetwork")) or \
+            ctx.rejected(peering, ("spec", "virtualNetwork")):
+        return False  # reported where it was rejected
     if peering.obj.spec.virtual_network != vn:
         ctx.report("PEERING_INVALID", group, (*path, "peering"),
                    f"VirtualNetworkPeering '{peering_name}' peers VirtualNetwork "
@@ -97,6 +100,8 @@ def _check_peer_group(ctx: Context, group: Manifest, path: Path_, peering_name: 
         return ctx.lookup(group, (*path, "securityGroup"), "SecurityGroup", name,
                           tenant) is not None
     if found.obj.spec.virtual_network != peer_vn:
+        if ctx.rejected(found, ("spec", "virtualNetwork")):
+            return False  # reported there
         ctx.report("SECURITY_GROUP_WRONG_NETWORK", group, (*path, "securityGroup"),
                    f"SecurityGroup '{name}' of tenant {tenant} belongs to VirtualNetwork "
                    f"'{found.obj.spec.virtual_network}', not the peer network '{peer_vn}'",
