@@ -278,3 +278,70 @@ def test_a_network_on_hosting_clusters_cannot_peer_yet(tmp_path: Path) -> None:
             "virtualNetwork": "lab", "peer": {"tenant": "acme", "virtualNetwork": "prod"}})]})
     found = validate_repo(repo).diagnostics
     assert [d.code for d in found if d.code.startswith("PEERING")] == ["PEERING_NOT_SUPPORTED"]
+
+
+def _mirror_rule(repo: Path, rule: dict[str, Any]) -> None:
+    """The example with the mirror group's ingress rule replaced by `rule`."""
+    path = repo / "tenants/initech/mirror.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    group = next(d for d in docs if d["kind"] == "SecurityGroup")
+    group["spec"]["ingress"] = [rule]
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+@pytest.mark.parametrize(("rule", "code", "words"), [
+    ({"protocol": "tcp", "cidr": "10.10.0.0/16", "peering": "mirror-globex"},
+     "PEERING_INVALID", "give securityGroup too"),
+    ({"protocol": "tcp", "securityGroup": "app", "peering": "nothing"},
+     "REF_NOT_FOUND", "no VirtualNetworkPeering named 'nothing'"),
+    ({"protocol": "tcp", "securityGroup": "apps", "peering": "mirror-globex"},
+     "REF_NOT_FOUND", "no SecurityGroup named 'apps' in tenant globex"),
+    ({"protocol": "tcp", "securityGroup": "app"},  # no peering: a group of mirror itself
+     "REF_NOT_FOUND", "no SecurityGroup named 'app' in tenant initech"),
+])
+def test_a_rule_names_a_peer_group_only_through_its_peering(
+        tmp_path: Path, rule: dict[str, Any], code: str, words: str) -> None:
+    repo = _repo(tmp_path)
+    _mirror_rule(repo, rule)
+    found = [d for d in validate_repo(repo).diagnostics if d.is_error]
+    assert [(d.code, d.file) for d in found] == [(code, "tenants/initech/mirror.yaml")], found
+    assert words in found[0].message
+
+
+def test_a_rule_through_another_networks_peering_is_refused(tmp_path: Path) -> None:
+    """lab's group may not use mirror's peering."""
+    repo = _repo(tmp_path, extra={"tenants/initech/lab-group.yaml": [
+        manifest("SecurityGroup", "lab-web", {"virtualNetwork": "lab", "ingress": [
+            {"protocol": "tcp", "securityGroup": "app", "peering": "mirror-globex"}]})]})
+    found = [d for d in validate_repo(repo).diagnostics if d.is_error]
+    assert [d.code for d in found] == ["PEERING_INVALID"]
+    assert "peers VirtualNetwork 'mirror', not this group's 'lab'" in found[0].message
+
+
+def test_a_pending_peerings_group_rule_writes_nothing(tmp_path: Path) -> None:
+    repo = _repo(tmp_path, drop="tenants/globex/peering.yaml")
+    desired = render_desired(validate_repo(repo), {})
+    mirror = [o.fields["match"] for o in desired.objects if o.table == "ACL"
+              and "@unet.initech.mirror.mirror " in o.fields["match"]]
+    assert mirror and not [m for m in mirror if "$unet.globex" in m]
+    established = render_desired(validate_repo(_repo(tmp_path / "both")), {})
+    assert [o for o in established.objects if o.table == "ACL"
+            and "@unet.initech.mirror.mirror " in o.fields["match"]
+            and "$unet.globex.corp.app_ip4" in o.fields["match"]]
+
+
+def test_a_pair_is_peered_once_per_side_and_in_one_region(tmp_path: Path) -> None:
+    twice = _repo(tmp_path / "twice", extra={"tenants/globex/peering.yaml": [
+        manifest("VirtualNetworkPeering", "again", {
+            "virtualNetwork": "corp", "peer": {"tenant": "initech",
+                                               "virtualNetwork": "mirror"}})]})
+    found = [d for d in validate_repo(twice).diagnostics if d.is_error]
+    assert [d.code for d in found] == ["PEERING_INVALID"]
+    assert "already peered with initech/mirror by VirtualNetworkPeering" in found[0].message
+    regions = _repo(tmp_path / "regions", extra={"tenants/initech/lab-peer.yaml": [
+        manifest("VirtualNetworkPeering", "lab-corp", {
+            "virtualNetwork": "lab", "peer": {"tenant": "globex", "virtualNetwork": "corp"}})]})
+    found = [d for d in validate_repo(regions).diagnostics if d.is_error]
+    assert [d.code for d in found] == ["PEERING_REGION_MISMATCH"]
+    assert "initech/lab and globex/corp are in regions region-a and region-b" in \
+        found[0].message
