@@ -276,6 +276,10 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest],
             out.append(ResourcePlan(address, Action.NOOP, "no backend objects"))
             continue
         action, reason = resource_action(owned, describe)
+        if action is Action.DELETE and address in head:
+            # declared, but with nothing to realise now (a peering or an attachment
+            # whose other end is gone): its rows go, the resource stays
+            action, reason = Action.UPDATE, "in the repo, but pending: its backend rows go"
         if all(c.after is None or c.after is c.before for c in owned) \
                 and not any(c.action.deletes for c in owned):  # prune is off: kept
             kept = "kept: removed from the repo, but prune is off"

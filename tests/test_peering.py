@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
+from unet.managers.ovn.acls import acl_exposure
 from unet.reconciler.desired import render_desired
 from unet.reconciler.reach import Reachability
 from unet.reconciler.reach_query import ask
 from unet.reconciler.validate import validate_repo
 
 from .conftest import EXAMPLE, copy_checkout
-from .support.ovnrun import apply, assert_noop, northd_problems, ours
+from .support.ovnrun import apply, assert_noop, northd_problems, ours, plan_json
 from .support.trace import TCP, Fabric, append_docs, applied, delivered, dropped, manifest
 
 #: a network of initech in region-b that is peered with nobody
@@ -224,6 +225,14 @@ def test_removing_one_side_takes_the_link_down(dual: Fabric, tmp_path: Path) -> 
     kept = [d for d in yaml.safe_load_all(text) if d and d["metadata"]["name"] != "b-a"]
     docs.write_text(yaml.safe_dump_all(kept, sort_keys=False))
     try:
+        _code, doc = plan_json(dual.repo, dual.repo)
+        actions = {r["address"]: (r["actions"], r["reason"]) for r in doc["resources"]
+                   if r["address"].startswith("VirtualNetworkPeering/initech/")
+                   and r["actions"] != ["no-op"]}
+        assert actions == {  # the side that stays is not "deleted": it is pending
+            "VirtualNetworkPeering/initech/a-b": (
+                ["update"], "in the repo, but pending: its backend rows go"),
+            "VirtualNetworkPeering/initech/b-a": (["delete"], "no longer in the repo")}
         result = apply(dual.repo, dual.repo)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "PEERING_PENDING" in result.stdout + result.stderr
@@ -345,3 +354,17 @@ def test_a_pair_is_peered_once_per_side_and_in_one_region(tmp_path: Path) -> Non
     assert [d.code for d in found] == ["PEERING_REGION_MISMATCH"]
     assert "initech/lab and globex/corp are in regions region-a and region-b" in \
         found[0].message
+
+
+def test_the_exposure_tells_a_peer_group_from_the_networks_own_members() -> None:
+    """A rule naming a peered network's group opens the group to that network; one naming
+    a group of its own network (with members on a hosting cluster) opens nothing outside."""
+    def opened(match: str, group: str) -> str | None:
+        return acl_exposure({"direction": "to-lport", "action": "allow-related",
+                             "match": match}, group, [])
+    assert opened("outport == @unet.initech.mirror.mirror && ip4 && ip4.src == "
+                  "$unet.globex.corp.app_ip4 && tcp.dst == 443", "initech/mirror/mirror") == \
+        "tcp port 443 from the members of unet.globex.corp.app (a peered network's group) " \
+        "to initech/mirror/mirror"
+    assert opened("outport == @unet.acme.prod.db && ip4 && ip4.src == {$unet.acme.prod.web_ip4,"
+                  "$unet_hosted.acme.web_k1.0_ip4} && tcp.dst == 5432", "acme/prod/db") is None

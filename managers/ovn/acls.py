@@ -122,7 +122,9 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
     remote = found["remote"]
     sets = remote.strip("{}").split(",") if remote is not None else []
     if sets and all(part.startswith("$") for part in sets):
-        own = "$unet." + ".".join(part.replace("-", "_") for part in group.split("/")[:2]) + "."
+        tenant, network = (part.replace("-", "_") for part in group.split("/")[:2])
+        # the network's own groups, and its VMs on hosting clusters (`unet_hosted.<t>.…`)
+        own = (f"$unet.{tenant}.{network}.", f"$unet_hosted.{tenant}.")
         foreign = [part for part in sets if not part.startswith(own)]
         if not foreign:
             return None  # the members of a group of the network
