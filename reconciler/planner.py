@@ -266,6 +266,11 @@ def _drift_exposure(drift: list[Change], describe: Describer) -> list[dict[str, 
     return sorted(out, key=lambda e: sorted(e.items()))
 
 
+#: The reason of a resource still in the repo all of whose rows go: it has nothing to
+#: realise now (a peering whose other side is gone, an attachment whose target is)
+PENDING_ROWS_GO = "in the repo, with nothing to realise now: its backend rows go"
+
+
 def _live_resources(changes: list[Change], head: dict[str, Manifest],
                     describe: Describer) -> list[ResourcePlan]:
     rows = group_by_owner(changes)
@@ -279,7 +284,7 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest],
         if action is Action.DELETE and address in head:
             # declared, but with nothing to realise now (a peering or an attachment
             # whose other end is gone): its rows go, the resource stays
-            action, reason = Action.UPDATE, "in the repo, but pending: its backend rows go"
+            action, reason = Action.UPDATE, PENDING_ROWS_GO
         if all(c.after is None or c.after is c.before for c in owned) \
                 and not any(c.action.deletes for c in owned):  # prune is off: kept
             kept = "kept: removed from the repo, but prune is off"
@@ -374,6 +379,8 @@ def _resource(address: str, rows: list[Change], before: Manifest | None,
                             rows, changed)
     if any(c.is_replace for c in rows):
         return ResourcePlan(address, Action.REPLACE, replaced_rows_reason(rows, describe), rows)
+    if not unchanged_rows and all(c.after is None for c in rows):
+        return ResourcePlan(address, Action.UPDATE, PENDING_ROWS_GO, rows)
     if not unchanged_rows:
         row_changes = [c for c in rows if c.action.changes]
         tables = sorted({c.obj.table for c in row_changes})

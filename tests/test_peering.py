@@ -231,7 +231,7 @@ def test_removing_one_side_takes_the_link_down(dual: Fabric, tmp_path: Path) -> 
                    and r["actions"] != ["no-op"]}
         assert actions == {  # the side that stays is not "deleted": it is pending
             "VirtualNetworkPeering/initech/a-b": (
-                ["update"], "in the repo, but pending: its backend rows go"),
+                ["update"], "in the repo, with nothing to realise now: its backend rows go"),
             "VirtualNetworkPeering/initech/b-a": (["delete"], "no longer in the repo")}
         result = apply(dual.repo, dual.repo)
         assert result.returncode == 0, result.stdout + result.stderr
