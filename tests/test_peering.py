@@ -368,3 +368,18 @@ def test_the_exposure_tells_a_peer_group_from_the_networks_own_members() -> None
         "to initech/mirror/mirror"
     assert opened("outport == @unet.acme.prod.db && ip4 && ip4.src == {$unet.acme.prod.web_ip4,"
                   "$unet_hosted.acme.web_k1.0_ip4} && tcp.dst == 5432", "acme/prod/db") is None
+
+
+def test_a_class_without_the_capability_cannot_peer(tmp_path: Path) -> None:
+    """A fabric plugin that does not provide VirtualNetworkPeerings (or a class that
+    disables it) would leave a peering unrealised: refused on each side."""
+    repo = _repo(tmp_path)
+    classes = repo / "provider/classes.yaml"
+    classes.write_text(classes.read_text().replace(
+        "  region: region-b\n  default: true\n",
+        "  region: region-b\n  default: true\n  disableCapabilities: [VirtualNetworkPeerings]\n"))
+    found = [d for d in validate_repo(repo).diagnostics if d.is_error]
+    assert sorted((d.code, d.file) for d in found) == [
+        ("CAPABILITY_MISSING", "tenants/globex/peering.yaml"),
+        ("CAPABILITY_MISSING", "tenants/initech/mirror.yaml")]
+    assert "VirtualNetworkPeerings" in found[0].message

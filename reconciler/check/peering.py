@@ -3,7 +3,9 @@ of both declare it, each in their own folder."""
 
 from __future__ import annotations
 
+from ..models import Capability
 from ..schema import Manifest
+from .classes import require
 from .context import Context
 
 #: (tenant, network) of one side of a peering
@@ -104,6 +106,12 @@ def _same_fabric(ctx: Context, peering: Manifest, own: Manifest, peer: Manifest,
                        f"(NetworkClass '{cls.name}' has k8sManager "
                        f"'{cls.obj.spec.k8s_manager}'): unet does not peer such networks yet",
                        "peer networks whose NetworkClass has no k8sManager")
+            return False
+    for vn, cls in zip((own, peer), classes, strict=True):
+        assert cls is not None
+        if not require(ctx, peering, ("spec", "peer") if vn is peer else
+                       ("spec", "virtualNetwork"), cls.name, Capability.PEERINGS,
+                       f"a VirtualNetworkPeering of {vn.tenant}/{vn.name}"):
             return False
     managers = {c.obj.spec.fabric_manager for c in classes if c is not None}
     if len(managers) != 1 or None in managers:
