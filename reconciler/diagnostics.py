@@ -165,7 +165,8 @@ CODES: dict[str, CodeInfo] = {
         "planned, but nothing is routed until the peer network's tenant declares it"
     ),
     "PEERING_CIDR_OVERLAP": CodeInfo(
-        "Peering", _E, "the two networks of a VirtualNetworkPeering have overlapping CIDRs"
+        "Peering", _E, "the two networks of a VirtualNetworkPeering have overlapping CIDRs, "
+        "or the peer overlaps another peer of the network"
     ),
     "PEERING_REGION_MISMATCH": CodeInfo(
         "Peering", _E, "the two networks of a VirtualNetworkPeering are in different regions"

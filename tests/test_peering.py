@@ -383,3 +383,24 @@ def test_a_class_without_the_capability_cannot_peer(tmp_path: Path) -> None:
         ("CAPABILITY_MISSING", "tenants/globex/peering.yaml"),
         ("CAPABILITY_MISSING", "tenants/initech/mirror.yaml")]
     assert "VirtualNetworkPeerings" in found[0].message
+
+
+def test_two_peers_of_one_network_must_not_overlap(tmp_path: Path) -> None:
+    """mirror peered with corp (10.10.0.0/16) and with a second network of 10.10.0.0/16:
+    mirror's router would have two routes to one prefix."""
+    repo = _repo(tmp_path, extra={"tenants/initech/twin.yaml": [
+        manifest("VirtualNetwork", "twin", {"region": "region-b",
+                                            "ipv4Cidr": "10.10.0.0/16"}),
+        manifest("VirtualNetworkPeering", "mirror-twin", {
+            "virtualNetwork": "mirror", "peer": {"virtualNetwork": "twin"}}),
+        manifest("VirtualNetworkPeering", "twin-mirror", {
+            "virtualNetwork": "twin", "peer": {"virtualNetwork": "mirror"}})]})
+    tenant = repo / "provider/tenants/initech.yaml"
+    docs = yaml.safe_load(tenant.read_text())
+    docs["spec"]["allowedCidrs"] = ["10.0.0.0/8", "192.168.0.0/16"]
+    tenant.write_text(yaml.safe_dump(docs))
+    found = [d for d in validate_repo(repo).diagnostics if d.is_error]
+    assert [(d.code, d.file) for d in found] == [
+        ("PEERING_CIDR_OVERLAP", "tenants/initech/twin.yaml")]
+    assert "initech/twin (10.10.0.0/16) overlaps globex/corp (10.10.0.0/16)" in \
+        found[0].message

@@ -29,7 +29,8 @@ def check_peerings(ctx: Context) -> None:
     written = {(own_side(p), peer_of(p)) for p in ctx.kind("VirtualNetworkPeering")}
     for peering in ctx.kind("VirtualNetworkPeering"):
         pair = (own_side(peering), peer_of(peering))
-        if _check_one(ctx, peering, declared.get(pair)):
+        if _check_one(ctx, peering, declared.get(pair)) and \
+                _check_other_peers(ctx, peering, declared):
             declared.setdefault(pair, peering)
     for (own, peer), peering in declared.items():
         reverse = declared.get((peer, own))
@@ -39,6 +40,27 @@ def check_peerings(ctx: Context) -> None:
             continue
         if id(peering) not in ctx.invalid and id(reverse) not in ctx.invalid:
             ctx.peered.setdefault(own, {})[peer] = peering
+
+
+def _check_other_peers(ctx: Context, peering: Manifest,
+                       declared: dict[tuple[Side, Side], Manifest]) -> bool:
+    """A network's router routes to each of its peers: two peers whose CIDRs overlap
+    would make its routes ambiguous."""
+    own, peer = own_side(peering), peer_of(peering)
+    theirs = ctx.networks.get(peer, {})
+    for (side, other), earlier in declared.items():
+        if side != own or other == peer:
+            continue
+        for version, cidr in ctx.networks.get(other, {}).items():
+            mine = theirs.get(version)
+            if mine is not None and (mine in cidr or cidr in mine):
+                ctx.report("PEERING_CIDR_OVERLAP", peering, ("spec", "peer"),
+                           f"{peer[0]}/{peer[1]} ({mine}) overlaps {other[0]}/{other[1]} "
+                           f"({cidr}), which {own[0]}/{own[1]} is already peered with by "
+                           f"VirtualNetworkPeering '{earlier.name}': its routes would be "
+                           "ambiguous", "peer a network with networks whose CIDRs are disjoint")
+                return False
+    return True
 
 
 def _check_one(ctx: Context, peering: Manifest, earlier: Manifest | None) -> bool:
