@@ -63,6 +63,23 @@ DUAL = (
             "ipv6Cidr": f"fd20:{number}:0:1::/64"}),
         manifest("ComputeInstance", f"dual-{name}-1", {"networkAttachments": [
             {"subnet": f"dual-{name}-hosts", "securityGroups": [f"dual-{name}"]}]}))),
+    # c is peered with b only: peering is not transitive, a and c stay apart
+    manifest("VirtualNetwork", "dual-c", {"region": "region-b", "ipv4Cidr": "192.168.80.0/20",
+                                          "ipv6Cidr": "fd20:80::/48"}),
+    manifest("Subnet", "dual-c-hosts", {"virtualNetwork": "dual-c",
+                                        "ipv4Cidr": "192.168.80.0/24",
+                                        "ipv6Cidr": "fd20:80:0:1::/64"}),
+    manifest("SecurityGroup", "dual-c", {
+        "virtualNetwork": "dual-c", "ingress": [{"protocol": "all", "cidr": "0.0.0.0/0"},
+                                                {"protocol": "all", "cidr": "::/0"}],
+        "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"},
+                   {"protocol": "all", "cidr": "::/0"}]}),
+    manifest("ComputeInstance", "dual-c-1", {"networkAttachments": [
+        {"subnet": "dual-c-hosts", "securityGroups": ["dual-c"]}]}),
+    manifest("VirtualNetworkPeering", "b-c", {"virtualNetwork": "dual-b",
+                                              "peer": {"virtualNetwork": "dual-c"}}),
+    manifest("VirtualNetworkPeering", "c-b", {"virtualNetwork": "dual-c",
+                                              "peer": {"virtualNetwork": "dual-b"}}),
     manifest("VirtualNetworkPeering", "a-b", {"virtualNetwork": "dual-a",
                                               "peer": {"virtualNetwork": "dual-b"}}),
     manifest("VirtualNetworkPeering", "b-a", {"virtualNetwork": "dual-b",
@@ -204,6 +221,26 @@ def test_both_families_are_routed_and_filtered_both_ways(dual: Fabric, family: i
             nb.row("Logical_Switch/initech/dual-a-hosts")["name"])
 
 
+@pytest.mark.parametrize("family", [4, 6])
+def test_peering_is_not_transitive(dual: Fabric, family: int) -> None:
+    """a and c are both peered with b, not with each other: c, open to everything, is
+    not reached from a (a's router has no route to it), and b still is."""
+    nb = dual.nb
+    a1 = nb.port("initech", "ComputeInstance", "dual-a-1")
+    b1 = nb.port("initech", "ComputeInstance", "dual-b-1")
+    c1 = nb.port("initech", "ComputeInstance", "dual-c-1")
+    gateway = nb.gateway("initech", "dual-a-hosts").mac
+    to_c = c1.ip4 if family == 4 else c1.ip6
+    to_b = b1.ip4 if family == 4 else b1.ip6
+    assert to_c is not None and to_b is not None
+    assert c1.name not in dual.send(a1, gateway, to_c, TCP.format(443)).ports
+    delivered(dual.send(a1, gateway, to_b, TCP.format(443)), b1)
+    desired = render_desired(validate_repo(dual.repo), {})
+    reach = Reachability(desired.model, desired.allocations)
+    assert not ask(reach, "initech/dual-a-1", "initech/dual-c-1", "tcp/443").allowed
+    assert ask(reach, "initech/dual-b-1", "initech/dual-c-1", "tcp/443").allowed
+
+
 def test_a_peering_applies_once_and_northd_takes_it(dual: Fabric) -> None:
     assert_noop(dual.repo, dual.repo)
     assert northd_problems(dual.lab) == []
@@ -215,7 +252,7 @@ def test_removing_one_side_takes_the_link_down(dual: Fabric, tmp_path: Path) -> 
     def links() -> list[str]:
         return sorted(key for table in ("Logical_Router_Port", "Logical_Router_Static_Route")
                       for r in ours(dual.lab.nb_remote, table, "example")
-                      if "/dual-" in (key := r["external_ids"]["unet:key"])
+                      if "/dual-a" in (key := r["external_ids"]["unet:key"])
                       and "/peering/" in key)
 
     both = links()
