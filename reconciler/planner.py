@@ -79,9 +79,27 @@ def changed_tenants(base: Validation, head: Validation) -> frozenset[str] | None
             tenants.add(manifest.name)
         else:
             return None
+    tenants |= peers_of(tenants, base, head)
     everyone = {m.tenant for m in (*before.values(), *after.values())
                 if m.obj.scope == "tenant" and m.tenant is not None}
     return frozenset(tenants) if everyone - tenants else None
+
+
+def peers_of(tenants: set[str], base: Validation, head: Validation) -> set[str]:
+    """The tenants whose networks are peered (in either revision, on either side) with a
+    network of `tenants`: a change of one side's peering, CIDRs or groups changes the
+    other side's rows (its link and routes, its rules naming the peer's groups) and who
+    can reach its NICs. Peering is not transitive: one hop is all."""
+    out: set[str] = set()
+    for manifest in (*base.manifests, *head.manifests):
+        if manifest.kind != "VirtualNetworkPeering" or manifest.tenant is None:
+            continue
+        peer = manifest.obj.spec.peer.tenant or manifest.tenant
+        if manifest.tenant in tenants:
+            out.add(peer)
+        if peer in tenants:
+            out.add(manifest.tenant)
+    return out
 
 
 def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, Any],
@@ -116,8 +134,9 @@ def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, A
 
 def reach_scope(base: Validation, head: Validation) -> frozenset[str]:
     """The tenants whose reachability a change can touch: those with a manifest added,
-    removed or changed, and those of a changed ProviderNetwork (named in its `tenants`, or
-    attached to it). No other provider kind decides what a rule lets in."""
+    removed or changed, those of a changed ProviderNetwork (named in its `tenants`, or
+    attached to it), and the peers of all of them. No other provider kind decides what a
+    rule lets in."""
     before = {id(m): m for m in base.manifests}
     after = {id(m): m for m in head.manifests}
     moved = [m for key, m in before.items() if key not in after]
@@ -133,7 +152,7 @@ def reach_scope(base: Validation, head: Validation) -> frozenset[str]:
                 a.provider_network in networks
                 for a in manifest.obj.spec.network_attachments):
             tenants.add(manifest.tenant)
-    return frozenset(tenants)
+    return frozenset(tenants | peers_of(tenants, base, head))
 
 
 def plan_live(head: Validation, managers: dict[str, Manager],
