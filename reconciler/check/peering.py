@@ -47,17 +47,17 @@ def _check_other_peers(ctx: Context, peering: Manifest,
     """A network's router routes to each of its peers: two peers whose CIDRs overlap
     would make its routes ambiguous."""
     own, peer = own_side(peering), peer_of(peering)
-    theirs = ctx.networks.get(peer, {})
+    peer_cidrs = ctx.networks.get(peer, {})
     for (side, other), earlier in declared.items():
         if side != own or other == peer:
             continue
-        for version, cidr in ctx.networks.get(other, {}).items():
-            mine = theirs.get(version)
-            if mine is not None and (mine in cidr or cidr in mine):
+        for version, other_cidr in ctx.networks.get(other, {}).items():
+            peer_cidr = peer_cidrs.get(version)
+            if peer_cidr is not None and (peer_cidr in other_cidr or other_cidr in peer_cidr):
                 ctx.report("PEERING_CIDR_OVERLAP", peering, ("spec", "peer"),
-                           f"{peer[0]}/{peer[1]} ({mine}) overlaps {other[0]}/{other[1]} "
-                           f"({cidr}), which {own[0]}/{own[1]} is already peered with by "
-                           f"VirtualNetworkPeering '{earlier.name}': its routes would be "
+                           f"{peer[0]}/{peer[1]} ({peer_cidr}) overlaps {other[0]}/{other[1]} "
+                           f"({other_cidr}), which {own[0]}/{own[1]} is already peered with "
+                           f"by VirtualNetworkPeering '{earlier.name}': its routes would be "
                            "ambiguous", "peer a network with networks whose CIDRs are disjoint")
                 return False
     return True
