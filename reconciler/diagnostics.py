@@ -164,6 +164,26 @@ CODES: dict[str, CodeInfo] = {
     "TARGET_PENDING": CodeInfo(
         "External access", _W, "the attachment's target is not declared yet"
     ),
+    # Peering
+    "PEERING_PENDING": CodeInfo(
+        "Peering", _W, "a VirtualNetworkPeering whose other side is not declared (yet): "
+        "planned, but nothing is routed until the peer network's tenant declares it"
+    ),
+    "PEERING_CIDR_OVERLAP": CodeInfo(
+        "Peering", _E, "the two networks of a VirtualNetworkPeering have overlapping CIDRs, "
+        "or the peer overlaps another peer of the network"
+    ),
+    "PEERING_REGION_MISMATCH": CodeInfo(
+        "Peering", _E, "the two networks of a VirtualNetworkPeering are in different regions"
+    ),
+    "PEERING_NOT_SUPPORTED": CodeInfo(
+        "Peering", _E, "a VirtualNetworkPeering of a network realised on hosting clusters "
+        "(a class with a k8sManager), or of two networks of different fabric managers"
+    ),
+    "PEERING_INVALID": CodeInfo(
+        "Peering", _E, "a network peered with itself, a pair peered twice by one tenant, or "
+        "a rule whose `peering` is of another network or lacks a `securityGroup`"
+    ),
     # Workloads
     "ATTACHMENTS_DIFFERENT_NETWORKS": CodeInfo(
         "Workloads", _E, "a workload's subnets lie in different VirtualNetworks"

@@ -17,6 +17,7 @@ class Capability(StrEnum):
     BAREMETAL_INSTANCES = "BaremetalInstances"
     CLUSTERS = "Clusters"
     DHCP = "DHCP"
+    PEERINGS = "VirtualNetworkPeerings"
 
 
 ADDRESS_FAMILIES = frozenset({Capability.IPV4, Capability.IPV6})

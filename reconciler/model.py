@@ -11,7 +11,17 @@ import netaddr
 from .check.context import AddressSpace, Context
 from .check.netutil import address, family_of
 from .models import NetworkAttachment, first_subnet, segment_of
+from .objects import content_hash
 from .schema import Manifest
+
+#: Where the links between peered networks' routers are numbered: link-local, which no
+#: tenant network may use (CIDR_RESERVED), one /30 per peering.
+PEERING_NET = netaddr.IPNetwork("169.254.0.0/16")
+PEERING_BLOCKS = PEERING_NET.size // 4
+
+
+def _side_key(side: tuple[str | None, str]) -> tuple[str, str]:
+    return (side[0] or "", side[1])
 
 
 class Model:
@@ -117,6 +127,44 @@ class Model:
     def nat_gateways(self) -> dict[tuple[str | None, str], Manifest]:
         return {(g.tenant, g.obj.spec.virtual_network): g for g in self.kind("NATGateway")}
 
+    def peers(self, tenant: str | None, vn: str) -> dict[tuple[str | None, str], Manifest]:
+        """The networks a network is peered with (both sides declared), each with the
+        network's own VirtualNetworkPeering."""
+        return self.ctx.peered.get((tenant, vn), {})
+
+    @cached_property
+    def established_peerings(self) -> frozenset[str]:
+        """The references of the VirtualNetworkPeerings both sides declare."""
+        return frozenset(p.ref for peers in self.ctx.peered.values() for p in peers.values())
+
+    @cached_property
+    def peering_links(self) -> dict[tuple[tuple[str | None, str], tuple[str | None, str]], int]:
+        """(network, peer) → the /30 of 169.254.0.0/16 that links their routers (the
+        network's address is the first host of it when it sorts first, else the second).
+        Derived from the pair, so both sides and every run agree; a pair whose block one of
+        its routers already uses takes the next free one, in the order of the pairs."""
+        used: dict[tuple[str | None, str], set[int]] = defaultdict(set)
+        out: dict[tuple[tuple[str | None, str], tuple[str | None, str]], int] = {}
+        pairs = sorted({tuple(sorted((own, peer), key=_side_key))
+                        for own, peers in self.ctx.peered.items() for peer in peers
+                        if own in self.ctx.peered.get(peer, {})}, key=lambda p: (
+                            _side_key(p[0]), _side_key(p[1])))
+        for first, second in pairs:
+            block = int(content_hash([first, second])[:8], 16) % PEERING_BLOCKS
+            while block in used[first] or block in used[second]:
+                block = (block + 1) % PEERING_BLOCKS
+            used[first].add(block)
+            used[second].add(block)
+            out[(first, second)] = out[(second, first)] = block
+        return out
+
+    def peering_address(self, own: tuple[str | None, str], peer: tuple[str | None, str]
+                        ) -> str:
+        """A network's router's IPv4 address on its link to a peer's (a /30)."""
+        block = self.peering_links[(own, peer)]
+        first = min(own, peer, key=_side_key) == own
+        return str(PEERING_NET[block * 4 + (1 if first else 2)])
+
     @cached_property
     def active_attachments(self) -> dict[tuple[str | None, str], list[Manifest]]:
         """ExternalIPAttachments whose target is declared, by (tenant, VirtualNetwork)."""
@@ -163,16 +211,20 @@ class Model:
         return sorted(v for v in self.router_pools(tenant, vn) if v != translated)
 
     def routed_inside(self, tenant: str | None, vn: str, version: int) -> list[str]:
-        """Destinations of a family reached without the network's router: those its
-        subnets route through a next hop inside it (an appliance), and the provider
-        networks its workloads attach to. Reaching them never leaves the network."""
+        """Destinations of a family reached without the network's way out: those its
+        subnets route through a next hop inside it (an appliance), the provider
+        networks its workloads attach to, and the networks it is peered with. Reaching
+        them never leaves through its NATGateway."""
         cidr = self.network_cidrs(tenant, vn).get(version)
         routed = {r.destination for s in self.kind("Subnet")
                   if s.tenant == tenant and s.obj.spec.virtual_network == vn
                   for r in s.obj.spec.routes
                   if cidr is not None and family_of(r.nexthop) == version
                   and address(r.nexthop) in cidr}
-        return sorted(routed | self.provider_cidrs.get((tenant, vn, version), set()))
+        peered = {str(cidrs[version]) for peer in self.peers(tenant, vn)
+                  if version in (cidrs := self.network_cidrs(*peer))
+                  and cidr is not None}  # routed only in a family both networks have
+        return sorted(routed | peered | self.provider_cidrs.get((tenant, vn, version), set()))
 
     @cached_property
     def provider_cidrs(self) -> dict[tuple[str | None, str, int], set[str]]:

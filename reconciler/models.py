@@ -197,6 +197,7 @@ TenantKindName = Literal[
     "ExternalIP",
     "ExternalIPAttachment",
     "NATGateway",
+    "VirtualNetworkPeering",
     "ComputeInstance",
     "BaremetalInstance",
     "Cluster",
@@ -399,7 +400,7 @@ class Rule(_Model):
     model_config = ConfigDict(json_schema_extra=editor_only(
         oneOf=_each_required("cidr", "securityGroup"),
         dependentRequired={"portFrom": ["portTo"], "portTo": ["portFrom"],
-                           "icmpCode": ["icmpType"]},
+                           "icmpCode": ["icmpType"], "peering": ["securityGroup"]},
         allOf=[_forbidden_unless("protocol", ["tcp", "udp"], "portFrom", "portTo"),
                _forbidden_unless("protocol", ["icmp", "icmpv6"], "icmpType", "icmpCode")]))
 
@@ -413,8 +414,12 @@ class Rule(_Model):
     icmp_code: int | None = Field(default=None, json_schema_extra=_ICMP)
     cidr: Cidr | None = Field(default=None, description="Source (ingress) or destination (egress)")
     security_group: Name | None = Field(
-        default=None, description="The ports that use this group of the same VirtualNetwork"
+        default=None, description="The ports that use this group of the same VirtualNetwork "
+                                  "(with `peering`: of the peered network)"
     )
+    peering: Name | None = Field(
+        default=None, description="A VirtualNetworkPeering of the group's network: "
+                                  "`securityGroup` is then a group of its peer network")
 
     @property
     def families(self) -> frozenset[Family]:
@@ -501,6 +506,28 @@ class NATGateway(_TenantResource):
     replaces: ClassVar[str] = "the NAT gateway (its router gateway port and SNAT rule)"
     kind: Literal["NATGateway"]
     spec: NATGatewaySpec
+
+
+class PeerNetwork(_Model):
+    tenant: Name | None = Field(default=None, description="Default: the peering's own tenant")
+    virtual_network: Name
+
+
+class VirtualNetworkPeeringSpec(_Model):
+    virtual_network: Name = Field(description="The tenant's own VirtualNetwork")
+    peer: PeerNetwork = Field(description="The other network; its tenant declares the other "
+                                          "side in its own folder")
+
+
+class VirtualNetworkPeering(_TenantResource):
+    """Routes between two VirtualNetworks of one region, once both sides declare it."""
+
+    immutable: ClassVar[tuple[str, ...]] = (
+        "spec.virtualNetwork", "spec.peer.tenant", "spec.peer.virtualNetwork")
+    replaces: ClassVar[str] = ("this side of the peering (its link and routes): the networks "
+                               "are apart until both sides name the same pair")
+    kind: Literal["VirtualNetworkPeering"]
+    spec: VirtualNetworkPeeringSpec
 
 
 MacAddress = Annotated[str, Field(pattern=r"^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$")]
@@ -640,6 +667,7 @@ Resource = (
     | ExternalIP
     | ExternalIPAttachment
     | NATGateway
+    | VirtualNetworkPeering
     | ComputeInstance
     | BaremetalInstance
     | Cluster

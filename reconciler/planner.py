@@ -79,9 +79,27 @@ def changed_tenants(base: Validation, head: Validation) -> frozenset[str] | None
             tenants.add(manifest.name)
         else:
             return None
+    tenants |= peers_of(tenants, base, head)
     everyone = {m.tenant for m in (*before.values(), *after.values())
                 if m.obj.scope == "tenant" and m.tenant is not None}
     return frozenset(tenants) if everyone - tenants else None
+
+
+def peers_of(tenants: set[str], base: Validation, head: Validation) -> set[str]:
+    """The tenants whose networks are peered (in either revision, on either side) with a
+    network of `tenants`: a change of one side's peering, CIDRs or groups changes the
+    other side's rows (its link and routes, its rules naming the peer's groups) and who
+    can reach its NICs. Peering is not transitive: one hop is all."""
+    out: set[str] = set()
+    for manifest in (*base.manifests, *head.manifests):
+        if manifest.kind != "VirtualNetworkPeering" or manifest.tenant is None:
+            continue
+        peer = manifest.obj.spec.peer.tenant or manifest.tenant
+        if manifest.tenant in tenants:
+            out.add(peer)
+        if peer in tenants:
+            out.add(manifest.tenant)
+    return out
 
 
 def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, Any],
@@ -116,8 +134,9 @@ def _plan_between(base: Validation | None, head: Validation, inputs: dict[str, A
 
 def reach_scope(base: Validation, head: Validation) -> frozenset[str]:
     """The tenants whose reachability a change can touch: those with a manifest added,
-    removed or changed, and those of a changed ProviderNetwork (named in its `tenants`, or
-    attached to it). No other provider kind decides what a rule lets in."""
+    removed or changed, those of a changed ProviderNetwork (named in its `tenants`, or
+    attached to it), and the peers of all of them. No other provider kind decides what a
+    rule lets in."""
     before = {id(m): m for m in base.manifests}
     after = {id(m): m for m in head.manifests}
     moved = [m for key, m in before.items() if key not in after]
@@ -133,7 +152,7 @@ def reach_scope(base: Validation, head: Validation) -> frozenset[str]:
                 a.provider_network in networks
                 for a in manifest.obj.spec.network_attachments):
             tenants.add(manifest.tenant)
-    return frozenset(tenants)
+    return frozenset(tenants | peers_of(tenants, base, head))
 
 
 def plan_live(head: Validation, managers: dict[str, Manager],
@@ -277,6 +296,11 @@ def _drift_exposure(drift: list[Change], describe: Describer) -> list[dict[str, 
     return sorted(out, key=lambda e: sorted(e.items()))
 
 
+#: The reason of a resource still in the repo all of whose rows go: it has nothing to
+#: realise now (a peering whose other side is gone, an attachment whose target is)
+PENDING_ROWS_GO = "in the repo, with nothing to realise now: its backend rows go"
+
+
 def _live_resources(changes: list[Change], head: dict[str, Manifest],
                     describe: Describer) -> list[ResourcePlan]:
     rows = group_by_owner(changes)
@@ -287,6 +311,10 @@ def _live_resources(changes: list[Change], head: dict[str, Manifest],
             out.append(ResourcePlan(address, Action.NOOP, "no backend objects"))
             continue
         action, reason = resource_action(owned, describe)
+        if action is Action.DELETE and address in head:
+            # declared, but with nothing to realise now (a peering or an attachment
+            # whose other end is gone): its rows go, the resource stays
+            action, reason = Action.UPDATE, PENDING_ROWS_GO
         if all(c.after is None or c.after is c.before for c in owned) \
                 and not any(c.action.deletes for c in owned):  # prune is off: kept
             kept = "kept: removed from the repo, but prune is off"
@@ -381,6 +409,8 @@ def _resource(address: str, rows: list[Change], before: Manifest | None,
                             rows, changed)
     if any(c.is_replace for c in rows):
         return ResourcePlan(address, Action.REPLACE, replaced_rows_reason(rows, describe), rows)
+    if not unchanged_rows and all(c.after is None for c in rows):
+        return ResourcePlan(address, Action.UPDATE, PENDING_ROWS_GO, rows)
     if not unchanged_rows:
         row_changes = [c for c in rows if c.action.changes]
         tables = sorted({c.obj.table for c in row_changes})

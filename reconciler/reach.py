@@ -80,7 +80,7 @@ class Cause:
 
     ref: str  # Kind/tenant/name
     path: tuple[str | int, ...]
-    what: str  # rule, membership, external IP, port forward, provider network tenants
+    what: str  # rule, membership, external IP, port forward, provider network tenants, peering
 
     def __str__(self) -> str:
         return f"{self.what} ({self.ref} {'.'.join(map(str, self.path))})"
@@ -252,18 +252,34 @@ class Reachability:
                     continue
                 because = (written, membership)
                 if rule.security_group is not None:
-                    yield from self._from_group(nic, rule.security_group, traffic, family,
-                                                because)
+                    where = self.remote_network(nic, rule)
+                    if where is not None:
+                        yield from self._from_group(nic, rule.security_group, traffic,
+                                                    family, because, where)
                 elif rule.cidr is not None and network(rule.cidr).version == family:
                     yield from self._from_cidr(nic, network(rule.cidr), traffic, family,
                                                because)
 
+    def remote_network(self, nic: Nic, rule: Any) -> tuple[str, str] | None:
+        """The network whose group a rule's `securityGroup` is: the NIC's own, or with
+        `peering` its peer's while the peering is established (None: not)."""
+        peering = getattr(rule, "peering", None)
+        if peering is None:
+            return nic.tenant, nic.vn
+        return next(((str(t), vn) for (t, vn), p in self.model.peers(nic.tenant, nic.vn).items()
+                     if p.name == peering), None)
+
     def _from_group(self, nic: Nic, group: str, traffic: Traffic, family: int,
-                    because: tuple[Cause, ...]) -> Iterator[Opening]:
-        members = tuple(sorted(m.name for m in self.members.get((nic.tenant, nic.vn, group), ())
+                    because: tuple[Cause, ...], where: tuple[str, str]) -> Iterator[Opening]:
+        members = tuple(sorted(m.name for m in self.members.get((*where, group), ())
                                if m.name != nic.name and self.path(m, nic, family)))
+        shown = f"group {group}"
+        if where != (nic.tenant, nic.vn):
+            shown += f" of {where[0]}/{where[1]} (peered)"
+            peering = self.model.peers(nic.tenant, nic.vn)[where]
+            because = (*because, Cause(peering.ref, ("spec", "peer"), "peering"))
         if members:
-            yield Opening(nic.name, f"group {group}", traffic, family, None, because, members)
+            yield Opening(nic.name, shown, traffic, family, None, because, members)
 
     def _from_cidr(self, nic: Nic, cidr: netaddr.IPNetwork, traffic: Traffic, family: int,
                    because: tuple[Cause, ...]) -> Iterator[Opening]:
@@ -285,6 +301,7 @@ class Reachability:
                           space=_smaller(cidr, inside))
         if inside is not None and cidr in inside:
             return  # nothing from outside the network has such an address
+        yield from self._from_peers(nic, cidr, traffic, family, because)
         source = INTERNET if cidr.prefixlen == 0 else str(cidr)
         for public in nic.public:
             if public.family != family:
@@ -303,20 +320,44 @@ class Reachability:
                                                             "port forward")),
                                   space=cidr)
 
+    def _from_peers(self, nic: Nic, cidr: netaddr.IPNetwork, traffic: Traffic, family: int,
+                    because: tuple[Cause, ...]) -> Iterator[Opening]:
+        """The part of a rule's CIDR in each network peered with the NIC's, routed to it."""
+        if not self.routed(nic, family):
+            return
+        for (tenant, vn), peering in sorted(self.model.peers(nic.tenant, nic.vn).items(),
+                                            key=lambda item: (str(item[0][0]), item[0][1])):
+            theirs = self.model.network_cidrs(tenant, vn).get(family)
+            if theirs is None or not _overlap(cidr, theirs) or \
+                    not self.peered((nic.tenant, nic.vn), (str(tenant), vn), family):
+                continue
+            shown = str(cidr) if cidr in theirs else f"network {tenant}/{vn} (peered)"
+            yield Opening(nic.name, shown, traffic, family, None,
+                          (*because, Cause(peering.ref, ("spec", "peer"), "peering")),
+                          space=_smaller(cidr, theirs))
+
     # -- paths ----------------------------------------------------------------------------------
     def path(self, source: Nic, target: Nic, family: int) -> bool:
         """Whether a packet of `family` from one NIC gets to another without leaving their
-        network: on one segment, or routed between segments that both have a gateway in the
-        family; never across networks, nor from a provider network to a tenant subnet."""
+        networks: on one segment, or routed between segments that both have a gateway in
+        the family, in one network or two peered ones; never across other networks, nor
+        from a provider network to a tenant subnet."""
         if family not in source.addresses or family not in target.addresses:
             return False
         if source.segment == target.segment:
             return True
-        if (source.tenant, source.vn) != (target.tenant, target.vn):
-            return False
         if source.segment[0] is None or target.segment[0] is None:
             return False
+        if (source.tenant, source.vn) != (target.tenant, target.vn) and not self.peered(
+                (source.tenant, source.vn), (target.tenant, target.vn), family):
+            return False
         return self._routed(source.segment, family) and self._routed(target.segment, family)
+
+    def peered(self, own: tuple[str, str], other: tuple[str, str], family: int) -> bool:
+        """Whether two networks are routed to each other in `family`: peered, and both
+        with a CIDR of it."""
+        return other in self.model.peers(*own) and family in self.model.network_cidrs(
+            *own) and family in self.model.network_cidrs(*other)
 
     def routed(self, nic: Nic, family: int) -> bool:
         """Whether the NIC's segment has a gateway of `family`: its only way out of its

@@ -4,9 +4,9 @@ An entry says what a NIC can now be reached from that it could not (`gained`), o
 longer can (`lost`), with the cause, found by what differs between the two revisions
 around that opening, the first that applies: the workload is new, it joined the group
 whose rule admits it, a public address now leads to it (an ExternalIPAttachment, a port
-forward), the source group has new members, the provider network names new tenants;
-otherwise a rule of its groups changed. Internet-facing entries (through a public
-address) come first.
+forward), the source group has new members, the provider network names new tenants, a
+peering now routes it; otherwise a rule of its groups changed. Internet-facing entries
+(through a public address) come first.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def _entries(old: Reachability | None, new: Reachability, change: str
         cause = _cause(old.nics.get(opening.nic) if old else None, nic, opening, previous,
                        added, change)
         if cause == "rule":
-            cause = _rule_cause(old, new, opening, change)
+            cause = _peering_cause(old, opening, change) or \
+                _rule_cause(old, new, opening, change)
         yield _entry(nic, opening, change, cause, added if previous is not None else ())
 
 
@@ -65,6 +66,15 @@ def _cause(old: Nic | None, nic: Nic, opening: Opening, previous: Opening | None
         if before.forwards != mine.forwards:
             return "port forwards changed"
     return "rule"
+
+
+def _peering_cause(old: Reachability | None, opening: Opening, change: str) -> str | None:
+    """The peering that routes it was not established in the other revision."""
+    peering = next((c for c in opening.because if c.what == "peering"), None)
+    if peering is None or old is None or peering.ref in old.model.established_peerings:
+        return None
+    return f"peering {peering.ref.rsplit('/', 1)[1]} " + \
+        ("established" if change == "gained" else "ended")
 
 
 def _rule_cause(old: Reachability | None, new: Reachability, opening: Opening,

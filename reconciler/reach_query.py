@@ -249,8 +249,12 @@ class Question:
     # -- between NICs -------------------------------------------------------------------------
     def _between(self, source: Nic, target: Nic) -> list[tuple[bool, str]]:
         out = []
+        # A public address is routed to through the source's way out, even to a NIC of a
+        # peered network: the peering routes the peer's CIDRs, not its public addresses.
+        direct = self.target.public is None or (source.tenant, source.vn) == (
+            target.tenant, target.vn)
         for family in sorted(set(source.addresses) & set(target.addresses)):
-            if self.reach.path(source, target, family):
+            if direct and self.reach.path(source, target, family):
                 out.append(self._checked(self._direct(source, target, family), source,
                                          target, target.addresses[family], family))
         if out:
@@ -336,7 +340,7 @@ class Question:
                 continue
             if rule.security_group is not None:
                 if peer_nic is not None and rule.security_group in peer_nic.groups and \
-                        (peer_nic.tenant, peer_nic.vn) == (nic.tenant, nic.vn):
+                        (peer_nic.tenant, peer_nic.vn) == self.reach.remote_network(nic, rule):
                     return [written, membership]
                 continue
             cidr = network(rule.cidr)

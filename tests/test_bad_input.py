@@ -415,7 +415,7 @@ def test_harmless_variants_are_accepted(name: str, mode: str, example_copy: Path
     assert sorted(d["code"] for d in report["diagnostics"]) == ["POLICY_RULE_NOT_REALISED",
                                                                 "TARGET_PENDING"]
     assert code == 0
-    assert report["summary"]["documents"] == 57
+    assert report["summary"]["documents"] == 63
 
 
 @pytest.mark.parametrize("mode", ["folder", "git"])
@@ -498,7 +498,7 @@ def test_a_submodule_is_refused_alike_from_the_folder_and_from_git(
         report = json.loads(out)
         found = [(d["code"], d["file"], d["line"]) for d in report["diagnostics"]]
         assert ("PATH_UNSAFE", "tenants/acme/vendored", 1) in found, found
-        assert report["summary"]["documents"] == 57, "nothing of the submodule was read"
+        assert report["summary"]["documents"] == 63, "nothing of the submodule was read"
         reports.append({(d["code"], d["file"], d["message"]) for d in report["diagnostics"]})
     assert reports[0] == reports[1]
 

@@ -84,7 +84,7 @@ def test_the_repo_is_found_from_a_subfolder(example_copy: Path) -> None:
     result = unet(inside, "validate", "--format", "json")
     document = json.loads(result.stdout)
     assert result.returncode == 0 and document["root"] == "../.."
-    assert document["summary"]["documents"] == 57
+    assert document["summary"]["documents"] == 63
     _break(example_copy)
     text = unet(inside, "validate")
     assert "../../tenants/acme/network.yaml:42:3: error SUBNET_OVERLAP" in text.stdout

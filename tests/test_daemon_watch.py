@@ -42,7 +42,7 @@ from unet.reconciler.desired import (
 from unet.reconciler.engine import Reading
 from unet.reconciler.model import Model
 from unet.reconciler.objects import TAG_ALLOCATION, Held, observed_allocations
-from unet.reconciler.planner import changed_tenants
+from unet.reconciler.planner import changed_tenants, peers_of
 from unet.reconciler.plugins import managers_of
 from unet.reconciler.validate import ParsedFiles, repo_files, validate_repo
 
@@ -455,7 +455,8 @@ def test_rendering_only_the_changed_tenants_gives_what_rendering_everything_does
     (work / path).write_text(text + new if old is None else text.replace(old, new, 1))
     head = validate_repo(work, parsed=parsed)
     tenants = changed_tenants(base, head)
-    assert tenants == {path.split("/")[1]}
+    tenant = path.split("/")[1]  # and the tenants peered with it, whose rows it moves
+    assert tenants == {tenant, *peers_of({tenant}, base, head)}
     composed = rerender_tenants(before, base, head, tenants)
     assert composed is not None
     everything = render_desired(head, before.held)

@@ -274,13 +274,23 @@ def transcript(body: list[str]) -> list[tuple[str, list[str]]]:
 def _rewrite(block: Block, outputs: list[list[str]]) -> None:
     """Write `outputs` as the output shown under each command of the block."""
     lines = block.document.read_text().splitlines(keepends=True)
-    start = block.line  # the first line after the fence
+    start = _where_now(block, lines)
     body: list[str] = []
     for (command, _), output in zip(transcript(block.body), outputs, strict=True):
         body += [f"$ {command}", *output]
     lines[start:start + len(block.body)] = [f"{block.indent}{line}".rstrip() + "\n"
                                             for line in body]
     block.document.write_text("".join(lines))
+
+
+def _where_now(block: Block, lines: list[str]) -> int:
+    """The first line of the block's body in the document as it is now: an earlier block of
+    the same document re-baselined in this run may have moved it."""
+    body = [f"{block.indent}{line}".rstrip() for line in block.body]
+    found = [start for start in range(len(lines) - len(body) + 1)
+             if [line.rstrip() for line in lines[start:start + len(body)]] == body]
+    assert found, f"{block.where}: the block is no longer in the document"
+    return min(found, key=lambda start: abs(start - block.line))
 
 
 def run_block(block: Block, tmp: Path) -> None:
@@ -351,6 +361,19 @@ def test_rebaselining_writes_what_is_printed_now(tmp_path: Path,
     run_block(block, tmp_path / "update")
     assert doc.read_text() == ("Text.\n\n  <!-- docs-test: run example -->\n  ```console\n"
                                "  $ echo now; echo second\n  now\n  second\n  ```\nMore.\n")
+
+
+def test_rebaselining_two_blocks_of_one_document(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first block growing by a line does not shift where the second is written."""
+    doc = tmp_path / "doc.md"
+    fence = "<!-- docs-test: run example -->\n```console\n"
+    doc.write_text(f"{fence}$ echo a; echo b\na\n```\n\n{fence}$ echo c\nd\n```\nEnd.\n")
+    monkeypatch.setattr(sys.modules[__name__], "UPDATE", True)
+    for block in command_blocks_of(doc):
+        run_block(block, tmp_path / block.where.replace("/", "_").replace(":", "_"))
+    assert doc.read_text() == (f"{fence}$ echo a; echo b\na\nb\n```\n\n"
+                               f"{fence}$ echo c\nc\n```\nEnd.\n")
 
 
 def test_a_shown_output_that_differs_fails(tmp_path: Path) -> None:

@@ -180,14 +180,14 @@ def test_the_daemon_follows_the_branch(tmp_path: Path) -> None:
             # 1. The branch is applied; the metrics and readiness say so.
             run = wait_until("c1 applied", lambda: run_of(state, c1, result="applied"),
                              proc, err)
-            assert run["applied"]["create"] == 138 and run["reconciled"] == c1
+            assert run["applied"]["create"] == 161 and run["reconciled"] == c1
             assert LSP in ports(remote)
             wait_until("ready", lambda: get(port, "/readyz")[0] == 200, proc, err)
             values = metrics(port)
             assert metric(values, "unet_reconcile_runs_total", result="applied") == 1
-            assert metric(values, "unet_reconcile_resources", kind="ComputeInstance") == 7
+            assert metric(values, "unet_reconcile_resources", kind="ComputeInstance") == 8
             assert metric(values, "unet_reconcile_apply_duration_seconds_count") == 1
-            assert metric(values, "unet_reconcile_applied_objects_total", action="create") == 138
+            assert metric(values, "unet_reconcile_applied_objects_total", action="create") == 161
             assert (metric(values, "unet_reconcile_last_run_timestamp_seconds") or 0) > 0
             info = [labels for (name, labels) in values if name == "unet_reconcile_revision_info"]
             assert info and dict(info[0])["last_good"] == c1
@@ -200,8 +200,8 @@ def test_the_daemon_follows_the_branch(tmp_path: Path) -> None:
             wait_until("c2 applied", lambda: run_of(state, c2, result="applied"), proc, err)
             assert time.monotonic() - pushed < 10
             assert "unet.acme.vm.web-9.0" in ports(remote)
-            wait_until("8 instances in the metrics", lambda: metric(
-                metrics(port), "unet_reconcile_resources", kind="ComputeInstance") == 8)
+            wait_until("9 instances in the metrics", lambda: metric(
+                metrics(port), "unet_reconcile_resources", kind="ComputeInstance") == 9)
 
             # 3. An invalid push is refused; the last good revision stays.
             break_repo(work)
@@ -290,7 +290,7 @@ def test_two_reconcilers_never_apply_at_once(tmp_path: Path) -> None:
             (first, second)]
     assert codes == [0, 2], [err.read_text() for _, _, err in (first, second)]
     applied, found = sorted(logs, key=lambda log: log["result"])
-    assert applied["result"] == "applied" and applied["applied"]["create"] == 138
+    assert applied["result"] == "applied" and applied["applied"]["create"] == 161
     assert found["result"] == "ok" and found["applied"] == {}  # it saw the other's work
     one, two = sorted(logs, key=lambda log: log["locked_at"])
     assert one["unlocked_at"] <= two["locked_at"]  # the lock: never at the same time

@@ -590,8 +590,8 @@ def test_merge_applies_and_the_schedule_reports_or_repairs_drift(tmp_path: Path,
     run = workflow("unet-apply.yml", base)
     assert run.conclusion == "success", run.log
     assert run.step("plan").outputs["exit-code"] == "2"
-    assert "Apply complete: 138 created" in run.step("Apply the plan").stdout
-    assert "| resources | 0 | 0 | 44 | 0 | 12 |" in run.summary
+    assert "Apply complete: 161 created" in run.step("Apply the plan").stdout
+    assert "| resources | 0 | 0 | 50 | 0 | 12 |" in run.summary
     assert LSP in nbctl(backend, "--bare", "--columns=name", "list", "Logical_Switch_Port")
 
     # A merge, and the backends change between plan and apply: STALE_PLAN, nothing applied.

@@ -176,6 +176,7 @@ def test_rows_kept_with_prune_off_still_hold_their_allocations(
 
     shutil.rmtree(repo / "tenants" / "initech")
     (repo / "provider" / "tenants" / "initech.yaml").unlink()
+    (repo / "tenants" / "globex" / "peering.yaml").unlink()  # its side names initech
     kept = apply(tmp_path, repo)
     assert kept.returncode == 0, kept.stdout + kept.stderr
     assert "PRUNE_DISABLED" in kept.stdout
@@ -250,6 +251,7 @@ def test_pruning_a_row_that_holds_an_operators_rows_is_refused(
     assert apply(tmp_path, repo).returncode == 0
     expected = _operator_rows(lab)
     shutil.rmtree(repo / "tenants" / "initech")
+    (repo / "tenants" / "globex" / "peering.yaml").unlink()  # its side names initech
 
     before = dump(lab.nb_remote)
     code, document = plan_json(tmp_path, repo)

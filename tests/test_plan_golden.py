@@ -335,8 +335,19 @@ def test_a_tenant_joins_a_provider_network(tmp_path: Path, example: Validation) 
          "owner": "SecurityGroup/initech/nas"}]
 
 
-INITECH = ["ComputeInstance/initech/ci-runner-1", "ExternalIP/initech/launch-web",
-           "Subnet/initech/build", "Tenant/initech", "VirtualNetwork/initech/lab"]
+INITECH = ["ComputeInstance/initech/artifact-mirror-1", "ComputeInstance/initech/ci-runner-1",
+           "ExternalIP/initech/launch-web", "SecurityGroup/initech/mirror",
+           "Subnet/initech/artifacts", "Subnet/initech/build", "Tenant/initech",
+           "VirtualNetwork/initech/lab", "VirtualNetwork/initech/mirror",
+           "VirtualNetworkPeering/initech/mirror-globex"]
+#: globex's side of its peering with initech, which names initech: it goes with it
+GLOBEX_PEERING = "VirtualNetworkPeering/globex/corp-initech-mirror"
+GONE = sorted([*INITECH, GLOBEX_PEERING])
+
+
+def remove_initech(repo: Path) -> None:
+    remove_tenant(repo, "initech")
+    (repo / "tenants" / "globex" / "peering.yaml").unlink()
 
 
 def test_remove_tenant_without_prune_keeps_everything(tmp_path: Path) -> None:
@@ -346,28 +357,28 @@ def test_remove_tenant_without_prune_keeps_everything(tmp_path: Path) -> None:
 
     def edit(repo: Path) -> None:
         set_prune(repo, False)
-        remove_tenant(repo, "initech")
+        remove_initech(repo)
 
     doc = plan_edit(tmp_path, base, edit)
     check_golden("remove_tenant_keep", doc)
     assert doc["counts"]["delete"] == doc["row_counts"]["delete"] == 0
     assert not doc["has_changes"] and non_noop(doc) == []
-    for address in INITECH:
+    for address in GONE:
         assert resource(doc, address)["reason"].startswith("kept")
-    kept = [c for c in doc["backend_changes"] if c["owner"] in INITECH]
+    kept = [c for c in doc["backend_changes"] if c["owner"] in GONE]
     assert kept and all(c["actions"] == ["no-op"] and c["after"] is None for c in kept)
     warnings = codes(doc, "PRUNE_DISABLED")
-    assert sorted(w["message"].split()[0] for w in warnings) == INITECH
+    assert sorted(w["message"].split()[0] for w in warnings) == GONE
     assert all(w["severity"] == "warning" for w in warnings)
     assert doc["valid"]
 
 
 def test_remove_tenant_with_prune_deletes_it(tmp_path: Path, example: Validation) -> None:
-    doc = plan_edit(tmp_path, example, lambda repo: remove_tenant(repo, "initech"))
+    doc = plan_edit(tmp_path, example, remove_initech)
     check_golden("remove_tenant_prune", doc)
-    assert [r["address"] for r in non_noop(doc)] == INITECH
+    assert [r["address"] for r in non_noop(doc)] == GONE
     assert all(r["actions"] == ["delete"] for r in non_noop(doc))
-    base_rows = [o for o in render_desired(example, {}).objects if o.owner in INITECH]
+    base_rows = [o for o in render_desired(example, {}).objects if o.owner in GONE]
     deleted = [c for c in doc["backend_changes"] if c["actions"] == ["delete"]]
     assert sorted(c["id"] for c in deleted) == sorted(o.uid for o in base_rows)
     assert doc["row_counts"] == {"create": 0, "delete": len(base_rows), "replace": 0,

@@ -50,6 +50,21 @@ def _new_public_address(repo: Path) -> None:
 def _remove_tenant(repo: Path) -> None:
     shutil.rmtree(repo / "tenants/initech")
     (repo / "provider/tenants/initech.yaml").unlink()
+    (repo / "tenants/globex/peering.yaml").unlink()  # names initech
+
+
+def _drop_one_side(repo: Path) -> None:
+    """globex's side of its peering with initech goes: initech's rows change too."""
+    (repo / "tenants/globex/peering.yaml").unlink()
+
+
+def _narrow_the_peer_group(repo: Path) -> None:
+    """globex's group app loses a member: initech's mirror admits one NIC fewer."""
+    path = repo / "tenants/globex/compute.yaml"
+    old = "      securityGroups: [app]\n      primary: true"
+    new = "      securityGroups: [database]\n      primary: true"
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new, 1))
 
 
 def _change_pool(repo: Path) -> None:
@@ -61,8 +76,13 @@ def _change_pool(repo: Path) -> None:
 EDITS: dict[str, tuple[Callable[[Path], None], frozenset[str] | None]] = {
     "add a VM": (_add_vm_alone, frozenset({"acme"})),
     "add a VM beside one on a provider network": (_add_vm, None),
-    "a new address from a shared pool": (_new_public_address, frozenset({"initech"})),
-    "remove a tenant": (_remove_tenant, frozenset({"initech"})),
+    # initech is peered with globex: its changes are planned with globex's rows too
+    "a new address from a shared pool": (_new_public_address,
+                                         frozenset({"globex", "initech"})),
+    "remove a tenant": (_remove_tenant, frozenset({"globex", "initech"})),
+    "one side of a peering goes": (_drop_one_side, frozenset({"globex", "initech"})),
+    "a peer group's member leaves": (_narrow_the_peer_group,
+                                     frozenset({"globex", "initech"})),
     "change a provider pool": (_change_pool, None),
     "nothing": (lambda repo: None, frozenset()),
 }

@@ -131,3 +131,15 @@ def test_an_unreachable_southbound_is_a_diagnostic(tmp_path: Path) -> None:
     assert run.returncode == 1, run.stdout + run.stderr
     assert "Traceback" not in run.stderr
     assert "NetworkManager ovn: ovn-sbctl failed" in run.stdout + run.stderr
+
+
+def test_live_agrees_across_a_peering(lab: tuple[OvnLab, Path]) -> None:
+    """The example peers globex's corp with initech's mirror: app-1 (group app) reaches
+    the mirror on tcp/443 over the link, and tcp/22 is refused there; ovn-trace agrees."""
+    _, repo = lab
+    for port, allowed in (("tcp/443", True), ("tcp/22", False)):
+        answer = _reach(repo, "globex/app-1/0", "initech/artifact-mirror-1", "--port", port)
+        assert answer["allowed"] is allowed, answer
+        assert answer["live"]["agrees"] is True, answer
+        assert [(p["model"], p["live"]) for p in answer["live"]["probes"]] == \
+            [(allowed, allowed)]

@@ -4,10 +4,11 @@ Hypothesis writes small random repos (one or two tenants, networks, subnets with
 without gateways, workloads with one or two NICs (a Cluster among them, whose primary NIC,
 holding its VIPs, may be its second), security groups with random rules whose
 remotes are CIDRs or groups, the implicit `default` group, external addresses with and
-without port forwards, NAT gateways), unet applies each to a real Northbound, and for many
+without port forwards, NAT gateways, a peering of two networks on one or both sides with
+a rule naming a peer's group), unet applies each to a real Northbound, and for many
 questions per repo the model's `allowed` must be what ovn-trace says a first packet
-(`--ct=new`) does: NIC to NIC inside a network, the internet to a NIC through its public
-address, and a NIC to the internet.
+(`--ct=new`) does: NIC to NIC inside a network and across two (peered or not), the
+internet to a NIC through its public address, and a NIC to the internet.
 
 One apply per example (about a second); shrinking is off by default, as each step would
 apply again: set UNET_REACH_SHRINK=1 to find a minimal repo for a disagreement.
@@ -254,7 +255,32 @@ def repos(draw: st.DrawFn) -> Repo:
             files[f"{prefix}/workloads.yaml"] = workloads
             files[f"{prefix}/external.yaml"] = draw(_external(net, workloads, routed, public))
             nets.append(net)
+    draw(_peering(files, nets))
     return Repo({rel: docs for rel, docs in files.items() if docs}, nets, public)
+
+
+@st.composite
+def _peering(draw: st.DrawFn, files: dict[str, list[dict[str, Any]]], nets: list[Net]) -> None:
+    """Maybe a VirtualNetworkPeering of two networks whose CIDRs differ: mostly both
+    sides (routed), sometimes one (pending: nothing routed); maybe a rule of the first
+    naming a group of the second through it."""
+    pairs = [(a, b) for i, a in enumerate(nets) for b in nets[i + 1:] if a.number != b.number]
+    if not pairs or not draw(st.booleans()):
+        return
+    a, b = draw(st.sampled_from(pairs))
+    sides = [(a, b)] + ([(b, a)] if draw(st.integers(0, 3)) else [])
+    for own, peer in sides:
+        files[f"tenants/{own.tenant}/{own.name}/peering.yaml"] = [manifest(
+            "VirtualNetworkPeering", f"{own.name}-peer", {
+                "virtualNetwork": own.name,
+                "peer": {"tenant": peer.tenant, "virtualNetwork": peer.name}})]
+    groups = files.get(f"tenants/{a.tenant}/{a.name}/groups.yaml") or []
+    if groups and draw(st.booleans()):
+        group = draw(st.sampled_from(groups))
+        group["spec"]["ingress"].append({
+            "protocol": draw(st.sampled_from(("tcp", "all"))),
+            "securityGroup": draw(st.sampled_from((*b.groups, "default"))),
+            "peering": f"{a.name}-peer"})
 
 
 # --- questions ---------------------------------------------------------------------------------
@@ -272,11 +298,26 @@ class Question:
             return "NIC → internet"
         if self.source in (OUTSIDE, OFFICE):
             return "internet → public address"
-        return "NIC → public address of another network" if self.target.startswith("203.") \
-            else "NIC → NIC"
+        if self.target.startswith("203."):
+            return "NIC → public address of another network"
+        return "NIC → NIC" if _network(self.source) == _network(self.target) \
+            else "NIC → NIC of another network"
 
     def __str__(self) -> str:
         return f"unet reach REPO {self.source} {self.target} --port {self.port}"
+
+
+def _network(nic: str) -> tuple[str, str]:
+    """(tenant, network) of a NIC `tenant/<network>-w<i>/<n>`."""
+    tenant, workload, _index = nic.split("/")
+    return tenant, workload.split("-")[0]
+
+
+def _peers(repo: Repo, network: tuple[str, str]) -> set[tuple[str, str]]:
+    """The networks a network declares a peering with (its side: maybe pending)."""
+    tenant, name = network
+    return {(doc["spec"]["peer"]["tenant"], doc["spec"]["peer"]["virtualNetwork"])
+            for doc in repo.files.get(f"tenants/{tenant}/{name}/peering.yaml", ())}
 
 
 def _nics(net: Net) -> list[str]:
@@ -298,6 +339,15 @@ def questions(repo: Repo, addresses: dict[tuple[str, str], str]) -> st.SearchStr
         kinds.append(st.builds(Question, st.sampled_from((OUTSIDE, OFFICE)),
                                st.sampled_from(sorted(addresses.values())), _ports(repo)))
     kinds.append(st.builds(Question, st.sampled_from(every), st.just(OUTSIDE), _ports(repo)))
+    others = [(a, b) for one in repo.nets for two in repo.nets if one is not two
+              for a in _nics(one) for b in _nics(two)]
+    if others:  # routed when the two are peered, otherwise never
+        kinds.append(st.builds(lambda pair, port: Question(*pair, port),
+                               st.sampled_from(others), _ports(repo)))
+    peered = [(a, b) for a, b in others if _network(b) in _peers(repo, _network(a))]
+    if peered:  # most pairs are of networks that are not: ask these more often
+        kinds.append(st.builds(lambda pair, port: Question(*pair, port),
+                               st.sampled_from(peered), _ports(repo)))
     across = [(nic, addresses[(home.tenant, eip)]) for home in repo.nets for eip in home.public
               for net in repo.nets if net is not home for nic in _nics(net)]
     if across:  # out through one network's NATGateway, in through another's public address
@@ -490,5 +540,52 @@ def test_the_oracle_sees_ways_in_from_outside(tmp_path: Path) -> None:
                                        ("t2/anet-w0/0", "tcp/22", False)):
             question = Question(source, public, port)
             answer = ask(reach, source, public, port)
+            assert (answer.allowed, wire.allowed(question)) == (expected, expected), \
+                f"{question}: model {answer.allowed} {answer.because}"
+
+
+def test_the_oracle_sees_peered_networks(tmp_path: Path) -> None:
+    """What random repos reach only now and then, on a fixed repo: two tenants' networks
+    peered, both ways open on tcp/443 (a rule of 0.0.0.0/0 covers the peer), tcp/22 in
+    neither; t1's bnet, peered with nobody, reaches neither; and a rule naming the peer's
+    group admits its members only."""
+    files = {**_provider(["t1", "t2"]), **_open_web("t1", 1), **_open_web("t2", 2)}
+    for own, peer in (("t1", "t2"), ("t2", "t1")):
+        files[f"tenants/{own}/anet/peering.yaml"] = [manifest(
+            "VirtualNetworkPeering", "anet-peer",
+            {"virtualNetwork": "anet", "peer": {"tenant": peer, "virtualNetwork": "anet"}})]
+    files["tenants/t1/anet/groups.yaml"][0]["spec"]["ingress"].append(
+        {"protocol": "tcp", "portFrom": 5432, "portTo": 5432, "securityGroup": "anet-g0",
+         "peering": "anet-peer"})
+    files["tenants/t1/bnet/network.yaml"] = [
+        manifest("VirtualNetwork", "bnet", {"region": REGION, "ipv4Cidr": "10.3.0.0/16"}),
+        manifest("Subnet", "bnet-s1", {"virtualNetwork": "bnet", "ipv4Cidr": "10.3.1.0/24"})]
+    files["tenants/t1/bnet/workloads.yaml"] = [manifest("ComputeInstance", "bnet-w0", {
+        "networkAttachments": [{"subnet": "bnet-s1", "securityGroups": ["bnet-g0"]}]})]
+    files["tenants/t1/bnet/groups.yaml"] = [manifest("SecurityGroup", "bnet-g0", {
+        "virtualNetwork": "bnet", "ingress": [{"protocol": "all", "cidr": "0.0.0.0/0"}],
+        "egress": [{"protocol": "all", "cidr": "0.0.0.0/0"}]})]
+    nets = [Net(t, "anet", n, False, ["anet-s1"], ["anet-g0"], {"anet-w0": 1}, ["anet-pub"])
+            for t, n in (("t1", 1), ("t2", 2))]
+    nets.append(Net("t1", "bnet", 3, False, ["bnet-s1"], ["bnet-g0"], {"bnet-w0": 1}))
+    repo = Repo(files, nets, {(t, "anet-pub"): "anet-w0" for t in ("t1", "t2")})
+    with _applied(repo, tmp_path) as fabric:
+        reach, wire = _model(fabric.repo), Wire(fabric, repo)
+        public = wire.addresses[("t1", "anet-pub")]
+        for source, target, port, expected in (
+                # t1's public address is reached from t2 out through t2's NATGateway, not
+                # over the peering: the peer group's rule does not admit its address
+                ("t2/anet-w0/0", public, "tcp/443", True),
+                ("t2/anet-w0/0", public, "tcp/5432", False),
+                ("t2/anet-w0/0", "t1/anet-w0/0", "tcp/443", True),
+                ("t1/anet-w0/0", "t2/anet-w0/0", "tcp/443", True),
+                ("t2/anet-w0/0", "t1/anet-w0/0", "tcp/5432", True),  # the peer's group
+                ("t1/anet-w0/0", "t2/anet-w0/0", "tcp/5432", False),
+                ("t2/anet-w0/0", "t1/anet-w0/0", "tcp/22", False),
+                ("t1/bnet-w0/0", "t1/anet-w0/0", "tcp/443", False),
+                ("t1/anet-w0/0", "t1/bnet-w0/0", "tcp/443", False),
+                ("t2/anet-w0/0", "t1/bnet-w0/0", "tcp/443", False)):
+            question = Question(source, target, port)
+            answer = ask(reach, source, target, port)
             assert (answer.allowed, wire.allowed(question)) == (expected, expected), \
                 f"{question}: model {answer.allowed} {answer.because}"

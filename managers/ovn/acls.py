@@ -21,16 +21,20 @@ class AclRule:
     icmp_code: int | None = None
     cidr: str | None = None
     remote_group: str | None = None
+    #: (tenant, network) of a remote group of a peered network; None: the rule's own
+    remote_network: tuple[str, str] | None = None
 
     @classmethod
-    def of(cls, rule: Any) -> AclRule:
+    def of(cls, rule: Any, remote_network: tuple[str, str] | None = None) -> AclRule:
         return cls(rule.protocol, rule.port_from, rule.port_to, rule.icmp_type, rule.icmp_code,
-                   rule.cidr, rule.security_group)
+                   rule.cidr, rule.security_group, remote_network)
 
-    def matches(self, pg: str, direction: str, members: Callable[[str, str], str],
+    def matches(self, pg: str, direction: str,
+                members: Callable[[str, str, tuple[str, str] | None], str],
                 families: tuple[str, ...]) -> list[str]:
         """One ACL match per address family the rule covers and the network has; `members`
-        gives the match operand of a remote group's addresses in a family."""
+        gives the match operand of a remote group's addresses in a family (of a peered
+        network, when it names one)."""
         port = "outport" if direction == "ingress" else "inport"
         peer = "src" if direction == "ingress" else "dst"
         out = []
@@ -44,7 +48,8 @@ class AclRule:
                     else f" && {family}.{peer} == {self.cidr}"
             else:
                 assert self.remote_group is not None, "a rule has a CIDR or a group"
-                remote = f" && {family}.{peer} == {members(self.remote_group, family)}"
+                remote = f" && {family}.{peer} == " \
+                    f"{members(self.remote_group, family, self.remote_network)}"
             out.append(f"{port} == @{pg} && {family}{remote}{self._l4(family)}")
         return out
 
@@ -55,18 +60,21 @@ class AclRule:
         source = parse_network(self.cidr)
         if any(source.version == n.version and source in n for n in network_cidrs):
             return None
+        world = " (anywhere)" if source.prefixlen == 0 else ""
+        return f"{self.traffic} from {self.cidr}{world}"
+
+    @property
+    def traffic(self) -> str:
+        """What the rule lets through, in words."""
         if self.protocol in ("tcp", "udp"):
             ports = "all ports" if self.port_from is None else (
                 f"port {self.port_from}" if self.port_from == self.port_to
                 else f"ports {self.port_from}-{self.port_to}")
-            what = f"{self.protocol} {ports}"
-        elif self.protocol in ("icmp", "icmpv6"):
-            what = self.protocol + (f" type {self.icmp_type}" if self.icmp_type is not None
+            return f"{self.protocol} {ports}"
+        if self.protocol in ("icmp", "icmpv6"):
+            return self.protocol + (f" type {self.icmp_type}" if self.icmp_type is not None
                                     else "")
-        else:
-            what = "all traffic"
-        world = " (anywhere)" if source.prefixlen == 0 else ""
-        return f"{what} from {self.cidr}{world}"
+        return "all traffic"
 
     def _l4(self, family: str) -> str:
         if self.protocol in ("tcp", "udp"):
@@ -112,8 +120,15 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
     if found is None:
         return f"`{match}` (an allow rule unet cannot read) to {group}"
     remote = found["remote"]
-    if remote is not None and all(part.startswith("$") for part in remote.strip("{}").split(",")):
-        return None  # the members of a group of the network
+    sets = remote.strip("{}").split(",") if remote is not None else []
+    if sets and all(part.startswith("$") for part in sets):
+        tenant, network = (part.replace("-", "_") for part in group.split("/")[:2])
+        # the network's own groups, and its VMs on hosting clusters (`unet_hosted.<t>.…`)
+        own = (f"$unet.{tenant}.{network}.", f"$unet_hosted.{tenant}.")
+        foreign = [part for part in sets if not part.startswith(own)]
+        if not foreign:
+            return None  # the members of a group of the network
+        remote = None  # the members of a peered network's group (render.py: `members`)
     protocol = found["proto"] or ("all" if not found["l4"] else
                                   "icmpv6" if found["l4"].startswith("icmp6") and found["type"]
                                   else "icmp")
@@ -123,5 +138,9 @@ def acl_exposure(fields: Mapping[str, Any], group: str, cidrs: list[Any]) -> str
                  int(found["type"]) if found["type"] else None,
                  int(found["code"]) if found["code"] else None,
                  remote or ("::/0" if found["family"] == "ip6" else "0.0.0.0/0"))
+    if sets and remote is None:
+        peers = ", ".join(part[1:].rsplit("_", 1)[0] for part in sets)
+        return f"{rule.traffic} from the members of {peers} (a peered network's group) " \
+               f"to {group}"
     opened = rule.exposure(cidrs)
     return f"{opened} to {group}" if opened else None

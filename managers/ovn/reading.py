@@ -38,6 +38,8 @@ def exposure(obj: BackendObject, model: Model) -> Exposure | None:
         inbound = obj.fields.get("type") in ("dnat", "dnat_and_snat")
         return Exposure("ip" if inbound else "nat", {"address": str(obj.fields.get("external_ip")),
                                "target": str(obj.fields.get("logical_ip"))})
+    if obj.table == "Logical_Router_Static_Route" and "/peering/" in obj.key:
+        return Exposure("rule", {"rule": _peering_route(obj)})
     if obj.table != "ACL" or obj.parent is None:
         return None
     group = obj.parent[0].split("/", 1)[1]  # Port_Group/<tenant>/<network>[/<group>]
@@ -82,3 +84,12 @@ def _shared(name: str, nic: str, model: Model) -> str:
     who = ", ".join(network.obj.spec.tenants) if network is not None else "its tenants"
     return (f"provider network {name} (shared by {who}, and the provider's hosts) to "
             f"{nic}, as far as its groups allow")
+
+
+def _peering_route(obj: BackendObject) -> str:
+    """A peering's route (key `…/<tenant>/<network>/peering/<tenant>/<network>[/ipv6]`):
+    the network's router now leads to the peer's CIDR (the peer's own route leads back)."""
+    own, peer = obj.key.split("/", 1)[1].split("/peering/")
+    peer = "/".join(peer.split("/")[:2])
+    return (f"network {own} to network {peer} ({obj.fields.get('ip_prefix')}), routed by "
+            "a peering: the groups of both decide what passes")

@@ -190,6 +190,7 @@ class _Renderer:
                 self._reservation(eip)
         for vn in networks:
             self._gateway(vn)
+            self._peerings(vn)
 
     def _ours(self, vn: Manifest) -> bool:
         return self._realised_here(self.model.class_of(vn.tenant, vn.name))
@@ -293,7 +294,7 @@ class _Renderer:
                 if spec.dhcp and 6 in gateways else {}
             self.out.add("Logical_Router_Port", router_port, subnet.ref, {
                 "name": gw["name"], "mac": mac, "networks": networks,
-                "ipv6_ra_configs": ra, "options": {},
+                "peer": None, "ipv6_ra_configs": ra, "options": {},
             }, parent=(router, "ports"), meta=gw_tags)
             peer = key("Logical_Switch_Port", t, name, "router")
             peer_kept, peer_tags = self.kept(peer, name=f"unet.{t}.{name}.router")
@@ -421,14 +422,17 @@ class _Renderer:
                      ("egress", AclRule("all", cidr="0.0.0.0/0")),
                      ("egress", AclRule("all", cidr="::/0"))]
         else:
-            rules = [(d, AclRule.of(r)) for d in ("ingress", "egress")
-                     for r in getattr(group.obj.spec, d)]
+            rules = [(d, AclRule.of(r, self._remote_network(tenant, vn, r)))
+                     for d in ("ingress", "egress") for r in getattr(group.obj.spec, d)
+                     if r.peering is None or self._remote_network(tenant, vn, r) is not None]
         by_family = self.model.network_cidrs(tenant, vn)
         cidrs = list(by_family.values())
         families = tuple(f"ip{v}" for v in sorted(by_family))
 
-        def members(remote: str, family: str) -> str:
+        def members(remote: str, family: str, where: tuple[str, str] | None) -> str:
             """The addresses of a group's members: its ports' and its hosted VMs'."""
+            if where is not None:  # a peered network's: on the fabric only
+                return f"${ident('unet', *where, remote)}_{family}"
             sets = [f"{ident('unet', tenant, vn, remote)}_{family}",
                     *sorted(self.hosted.get((tenant, vn, remote, family), ()))]
             return f"${sets[0]}" if len(sets) == 1 else "{" + ",".join(f"${n}" for n in sets) + "}"
@@ -439,6 +443,44 @@ class _Renderer:
             for match in rule.matches(pg, direction, members, families):
                 self._acl(pg_key, owner, "to-lport" if direction == "ingress" else "from-lport",
                           PRIORITY_RULE, match, "allow-related", meta)
+
+    def _remote_network(self, tenant: str | None, vn: str, rule: Any
+                        ) -> tuple[str, str] | None:
+        """The peered network a rule's group is of, while the peering is established."""
+        if rule.peering is None:
+            return None
+        for (peer_tenant, peer_vn), peering in self.model.peers(tenant, vn).items():
+            if peering.name == rule.peering:
+                return str(peer_tenant), peer_vn
+        return None
+
+    # -- peerings ---------------------------------------------------------------------------
+    def _peerings(self, vn: Manifest) -> None:
+        """Per peered network, the network's side of the link (its own peering owns it):
+        a router port whose peer is the other router's, and a route to each CIDR of the
+        peer in a family both have (IPv6: by the peer port's link-local address)."""
+        own = (vn.tenant, vn.name)
+        cidrs = self.model.network_cidrs(*own)
+        router = key("Logical_Router", *own)
+        for peer, peering in sorted(self.model.peers(*own).items(),
+                                    key=lambda item: (str(item[0][0]), item[0][1])):
+            port = _peer_port_key(own, peer)
+            name = _peer_port_name(own, peer)
+            self.out.add("Logical_Router_Port", port, peering.ref, {
+                "name": name, "mac": self.mac(port),
+                "networks": [f"{self.model.peering_address(own, peer)}/30"],
+                "peer": _peer_port_name(peer, own), "ipv6_ra_configs": {}, "options": {},
+            }, parent=(router, "ports"))
+            theirs = self.model.network_cidrs(*peer)
+            for version in sorted(set(cidrs) & set(theirs)):
+                nexthop = self.model.peering_address(peer, own) if version == 4 else \
+                    str(netaddr.EUI(self.mac(_peer_port_key(peer, own))).ipv6_link_local())
+                self.out.add("Logical_Router_Static_Route", key(
+                    "Logical_Router_Static_Route", *own, "peering", *peer,
+                    *(() if version == 4 else ("ipv6",))), peering.ref, {
+                    "ip_prefix": str(theirs[version]), "nexthop": nexthop,
+                    "output_port": name, "policy": None, "route_table": "",
+                }, parent=(router, "static_routes"))
 
     # -- workloads --------------------------------------------------------------------------
     def _hosted_addresses(self, vm: Manifest) -> None:
@@ -556,7 +598,7 @@ class _Renderer:
             "name": lrp_name, "mac": self.mac(lrp_key),
             "networks": [f"{values[v][0]}/{space.net.prefixlen}"
                          for v, (_alloc, space) in addresses.items()],
-            "ipv6_ra_configs": {}, "options": {},
+            "peer": None, "ipv6_ra_configs": {}, "options": {},
         }, parent=(key("Logical_Router", t, vn.name), "ports"),
             unknown=frozenset() if known else frozenset({"networks"}),
             meta=self.recorded(*(alloc for alloc, _space in addresses.values())))
@@ -653,6 +695,14 @@ def _dhcp4_server(space: Any, gateway: str | None) -> str | None:
     first = space.net.first + 1
     serves = space.net.size > 2 and first in space.reserved
     return str(netaddr.IPAddress(first, 4)) if serves else None
+
+
+def _peer_port_key(own: tuple[str | None, str], peer: tuple[str | None, str]) -> str:
+    return key("Logical_Router_Port", *own, "peering", *peer)
+
+
+def _peer_port_name(own: tuple[str | None, str], peer: tuple[str | None, str]) -> str:
+    return f"unet.{own[0]}.{own[1]}.peer.{peer[0]}.{peer[1]}"
 
 
 def _gateway_port_name(vn: Manifest) -> str:

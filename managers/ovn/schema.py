@@ -29,7 +29,7 @@ __all__ = ["MANAGED_COLUMNS", "NAMED_TABLES", "PARENT_COLUMNS", "READ_COLUMNS",
 MANAGED_COLUMNS: dict[str, tuple[str, ...]] = {
     "Logical_Router": ("name", "options"),
     "Logical_Switch": ("name", "other_config"),
-    "Logical_Router_Port": ("name", "mac", "networks", "ipv6_ra_configs", "options"),
+    "Logical_Router_Port": ("name", "mac", "networks", "peer", "ipv6_ra_configs", "options"),
     "Logical_Switch_Port": ("name", "type", "addresses", "port_security", "options",
                             "tag_request"),
     "DHCP_Options": ("cidr", "options"),

@@ -18,6 +18,7 @@ from .networks import (
     check_subnets,
     check_tenants,
 )
+from .peering import check_peerings
 from .placement import check_placement
 from .security import check_security_groups
 from .workloads import check_host_types, check_workloads
@@ -46,6 +47,7 @@ def check(
     check_pools_against_networks(ctx)
     check_subnets(ctx)
     check_provider_networks(ctx)
+    check_peerings(ctx)
     check_security_groups(ctx)
     check_workloads(ctx)
     check_external_ips(ctx)

@@ -51,6 +51,10 @@ class Context:
     # (tenant, subnet), or (None, name) of a ProviderNetwork -> its address spaces
     subnets: dict[tuple[str | None, str], dict[int, AddressSpace]] = field(default_factory=dict)
     pools: dict[str, AddressSpace] = field(default_factory=dict)
+    # (tenant, vn) -> (peer tenant, peer vn) -> its own side's VirtualNetworkPeering, for
+    # peerings both sides declare without an error (check/peering.py)
+    peered: dict[tuple[str | None, str], dict[tuple[str | None, str], Manifest]] = field(
+        default_factory=dict)
     invalid: set[int] = field(default_factory=set)  # id() of manifests that failed a check
     # Identities of manifests that failed their YAML, the schema or their placement: declared,
     # so nothing that names one says it is missing; not usable, so nothing is derived from it.

@@ -9,6 +9,7 @@ from ..schema import Manifest
 from .classes import require
 from .context import Context, Path_
 from .netutil import parse_cidr
+from .peering import peer_of
 
 DEFAULT_GROUP = "default"
 
@@ -46,6 +47,11 @@ def _check_rule(ctx: Context, group: Manifest, path: Path_, rule: Rule
                    "cidr: 0.0.0.0/0 means anywhere; securityGroup: NAME means its members")
         return None
     remote: str | None = None
+    if rule.peering is not None and rule.security_group is None:
+        ctx.report("PEERING_INVALID", group, (*path, "peering"),
+                   "`peering` names whose group `securityGroup` is: give securityGroup too",
+                   "a CIDR of the peer network needs no peering: write cidr alone")
+        return None
     if rule.cidr is not None:
         net = parse_cidr(ctx, group, (*path, "cidr"), rule.cidr, network_range=False)
         remote = str(net) if net is not None else None
@@ -55,12 +61,53 @@ def _check_rule(ctx: Context, group: Manifest, path: Path_, rule: Rule
         if ok:
             _check_effect(ctx, group, path, rule, None)
         remote = rule.security_group
-        ok &= resolve_group(ctx, group, (*path, "securityGroup"), rule.security_group,
-                            group.obj.spec.virtual_network) is not None
+        if rule.peering is not None:
+            remote = f"{rule.peering}/{rule.security_group}"
+            ok &= _check_peer_group(ctx, group, path, rule.peering, rule.security_group)
+        else:
+            ok &= resolve_group(ctx, group, (*path, "securityGroup"), rule.security_group,
+                                group.obj.spec.virtual_network) is not None
     if not ok or remote is None:
         return None
     return (rule.protocol, rule.port_from, rule.port_to, rule.icmp_type, rule.icmp_code,
             rule.cidr is not None, remote)
+
+
+def _check_peer_group(ctx: Context, group: Manifest, path: Path_, peering_name: str,
+                      name: str) -> bool:
+    """A rule's group of a peered network: the peering must be of the rule's network,
+    and the group of its peer (once the peer network is declared: until then the
+    peering is pending, and says so)."""
+    peering = ctx.lookup(group, (*path, "peering"), "VirtualNetworkPeering", peering_name,
+                         group.tenant)
+    if peering is None:
+        return False
+    vn = group.obj.spec.virtual_network
+    if ctx.rejected(group, ("spec", "virtualNetwork")) or \
+            ctx.rejected(peering, ("spec", "virtualNetwork")):
+        return False  # reported where it was rejected
+    if peering.obj.spec.virtual_network != vn:
+        ctx.report("PEERING_INVALID", group, (*path, "peering"),
+                   f"VirtualNetworkPeering '{peering_name}' peers VirtualNetwork "
+                   f"'{peering.obj.spec.virtual_network}', not this group's '{vn}'",
+                   f"name a peering of VirtualNetwork '{vn}'")
+        return False
+    tenant, peer_vn = peer_of(peering)
+    if not ctx.declared("VirtualNetwork", tenant, peer_vn) or name == DEFAULT_GROUP:
+        return True
+    found = ctx.get("SecurityGroup", tenant, name)
+    if found is None:
+        return ctx.lookup(group, (*path, "securityGroup"), "SecurityGroup", name,
+                          tenant) is not None
+    if found.obj.spec.virtual_network != peer_vn:
+        if ctx.rejected(found, ("spec", "virtualNetwork")):
+            return False  # reported there
+        ctx.report("SECURITY_GROUP_WRONG_NETWORK", group, (*path, "securityGroup"),
+                   f"SecurityGroup '{name}' of tenant {tenant} belongs to VirtualNetwork "
+                   f"'{found.obj.spec.virtual_network}', not the peer network '{peer_vn}'",
+                   "name a group of the peer network")
+        return False
+    return True
 
 
 def _check_ports(ctx: Context, group: Manifest, path: Path_, rule: Rule) -> bool:
