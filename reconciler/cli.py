@@ -292,7 +292,7 @@ def _add_import(commands: Commands) -> None:
                        help="the NetworkManager whose backend is read (an ovn one)")
     adopt.add_argument("--tenant", required=True, metavar="TENANT",
                        help="the tenant the networks become part of (a declared Tenant)")
-    adopt.add_argument("--region", metavar="REGION",
+    adopt.add_argument("--region", metavar="REGION", dest="into_region",  # not a shard
                        help="their region (default: the tenant's only region the manager "
                             "serves)")
     adopt.add_argument("--apply", action="store_true",

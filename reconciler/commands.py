@@ -665,7 +665,7 @@ def import_rows(args: argparse.Namespace) -> int:
     head = _validated_head(args, args.path, args.rev)
     if head is None:
         return EXIT_ERROR
-    report = adopt_networks(args.path, head, args.manager, args.tenant, args.region,
+    report = adopt_networks(args.path, head, args.manager, args.tenant, args.into_region,
                             args.apply, args.lock_timeout)
     if args.format == "json":
         sys.stdout.write(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
