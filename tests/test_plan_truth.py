@@ -144,9 +144,8 @@ def _resource(document: dict[str, Any], address: str) -> dict[str, Any]:
 def _plans(tmp_path: Path, repo: Path) -> dict[str, dict[str, Any]]:
     """The plan of the edited repo against the backends and against the base revision."""
     out = {}
-    for mode, extra in (("live", ()), ("pr", ("--base", "HEAD"))):
-        done = unet(tmp_path, "plan", str(repo), "--manager", "ovn", "--format", "json",
-                    *extra)
+    for mode, extra in (("live", ("--manager", "ovn")), ("pr", ("--base", "HEAD"))):
+        done = unet(tmp_path, "plan", str(repo), "--format", "json", *extra)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr
         out[mode] = json.loads(done.stdout)
     return out
@@ -236,9 +235,8 @@ def test_protection_added_with_a_replace_is_honoured(lab: OvnLab, repo: Path,
               "    network.osac.io/prevent-destroy: \"true\"\nspec:")
     edit_text(repo, NETWORK, "ipv4Cidr: 10.10.1.0/24\n", "ipv4Cidr: 10.10.5.0/24\n")
     edit_text(repo, NETWORK, "gateway: 10.10.1.1\n", "gateway: 10.10.5.1\n")
-    for extra in ((), ("--base", "HEAD")):
-        done = unet(tmp_path, "plan", str(repo), "--manager", "ovn", "--format", "json",
-                    *extra)
+    for extra in (("--manager", "ovn"), ("--base", "HEAD")):
+        done = unet(tmp_path, "plan", str(repo), "--format", "json", *extra)
         assert done.returncode == 1, extra
         codes = [d["code"] for d in json.loads(done.stdout)["diagnostics"]]
         assert "PREVENT_DESTROY" in codes, (extra, codes)
