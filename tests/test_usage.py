@@ -228,3 +228,19 @@ def test_a_space_with_room_left_is_never_shown_full() -> None:
 
     assert [shown(249, 250), shown(250, 250), shown(1, 1000), shown(0, 0)] == \
         ["99", "100", "0", "100"]
+
+
+def test_recorded_values_of_every_kind_are_counted_without_error(example_copy: Path) -> None:
+    """A router's IPv6 gateway address (`gateway/<tenant>/<network>/ipv6`) is no workload's
+    port: it was read as one (index 'ipv6'), and every live plan stopped on it."""
+    from unet.reconciler.model import Model
+    from unet.reconciler.objects import Held
+    from unet.reconciler.usage import recorded
+    from unet.reconciler.validate import validate_repo
+
+    model = Model(validate_repo(example_copy).context)  # type: ignore[arg-type]
+    held = {"gateway/acme/prod/ipv6": Held("2001:db8::5", None),
+            "gateway/acme/prod": Held("203.0.113.20", None),
+            "ipv4/acme/ComputeInstance/web-k1/1": Held("10.99.0.5", None),
+            "ipv4/acme/ComputeInstance/nobody/0": Held("10.10.1.77", None)}
+    assert recorded(model, held)
