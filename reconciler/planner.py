@@ -79,10 +79,23 @@ def changed_tenants(base: Validation, head: Validation) -> frozenset[str] | None
             tenants.add(manifest.name)
         else:
             return None
-    tenants |= peers_of(tenants, base, head)
+    tenants |= peered_with(tenants, base, head)
     everyone = {m.tenant for m in (*before.values(), *after.values())
                 if m.obj.scope == "tenant" and m.tenant is not None}
     return frozenset(tenants) if everyone - tenants else None
+
+
+def peered_with(tenants: set[str], base: Validation, head: Validation) -> set[str]:
+    """The tenants linked to `tenants` by a chain of peerings (in either revision): the
+    rows a changed tenant's peerings can touch. One hop is not enough: the /30 of a link
+    is derived from its pair and, when a router already uses it, the next free one is
+    taken in the order of the pairs (Model.peering_links), so a pair that comes or goes
+    can move the link of a pair beside it on one of its routers (a peer's link with a
+    third tenant), and that one the next."""
+    out = set(tenants)
+    while grown := peers_of(out, base, head) - out:
+        out |= grown
+    return out - tenants
 
 
 def peers_of(tenants: set[str], base: Validation, head: Validation) -> set[str]:
