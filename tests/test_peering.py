@@ -441,3 +441,67 @@ def test_two_peers_of_one_network_must_not_overlap(tmp_path: Path) -> None:
         ("PEERING_CIDR_OVERLAP", "tenants/initech/twin.yaml")]
     assert "initech/twin (10.10.0.0/16) overlaps globex/corp (10.10.0.0/16)" in \
         found[0].message
+
+
+def _request_to_scratch(tmp_path: Path) -> Path:
+    """initech's scratch network (and group) in region-b; globex requests a peering with it,
+    and names its group in a rule, which initech never answers."""
+    return _repo(tmp_path, extra={
+        "tenants/initech/scratch.yaml": list(THIRD),
+        "tenants/globex/request.yaml": [
+            manifest("VirtualNetworkPeering", "corp-scratch", {
+                "virtualNetwork": "corp",
+                "peer": {"tenant": "initech", "virtualNetwork": "scratch"}}),
+            manifest("SecurityGroup", "from-scratch", {"virtualNetwork": "corp", "ingress": [
+                {"protocol": "tcp", "securityGroup": "scratch", "peering": "corp-scratch"}]})]})
+
+
+@pytest.mark.parametrize("removed", ["network", "group"])
+def test_a_request_never_answered_keeps_no_tenant_from_removing_its_own(
+        tmp_path: Path, removed: str) -> None:
+    """globex, without initech's consent, names initech's scratch network and its group
+    scratch. initech then removes the network, or the group: its own, in its own folder,
+    and a pull request that only initech's owners approve. That must not be refused by an
+    error in globex's folder, which initech cannot edit (REF_NOT_FOUND in
+    tenants/globex/request.yaml did: a tenant pinned another's networks and groups in
+    place by requesting a peering). As a VPC peering request that is never accepted: the
+    request waits (PEERING_PENDING says that the network is not there), the accepter's
+    VPC is its own to delete."""
+    repo = _request_to_scratch(tmp_path)
+    head = validate_repo(repo)
+    assert head.ok, [d for d in head.diagnostics if d.is_error]
+    path = repo / "tenants/initech/scratch.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    gone = {"network": {"VirtualNetwork", "Subnet", "SecurityGroup", "ComputeInstance"},
+            "group": {"SecurityGroup"}}[removed]
+    kept = [d for d in docs if d["kind"] not in gone]
+    if removed == "group":  # scratch-1 in the implicit default group instead
+        for d in kept:
+            if d["kind"] == "ComputeInstance":
+                del d["spec"]["networkAttachments"][0]["securityGroups"]
+    if kept:
+        path.write_text(yaml.safe_dump_all(kept, sort_keys=False))
+    else:
+        path.unlink()
+    head = validate_repo(repo)
+    assert [d for d in head.diagnostics if d.is_error] == []
+    pending = [(d.code, d.file, d.message) for d in head.diagnostics
+               if d.code == "PEERING_PENDING"]
+    words = "declares no VirtualNetwork 'scratch'" if removed == "network" else \
+        "has not declared the other side"
+    assert [(c, f) for c, f, _m in pending] == [
+        ("PEERING_PENDING", "tenants/globex/request.yaml")], pending
+    assert words in pending[0][2]
+    desired = render_desired(head, {})
+    assert not [o for o in desired.objects if "peering/initech/scratch" in o.key]
+    assert not [o for o in desired.objects if o.table == "ACL" and "initech" in
+                o.fields["match"] and "@unet.globex.corp.from-scratch" in o.fields["match"]]
+
+
+def test_a_misspelt_peer_of_ones_own_tenant_is_still_an_error(tmp_path: Path) -> None:
+    """Two networks of one tenant have one owner: a misspelt name is REF_NOT_FOUND."""
+    repo = _repo(tmp_path, extra={"tenants/initech/self.yaml": [
+        manifest("VirtualNetworkPeering", "mirror-scratch", {
+            "virtualNetwork": "mirror", "peer": {"virtualNetwork": "scrach"}})]})
+    found = [(d.code, d.file) for d in validate_repo(repo).diagnostics if d.is_error]
+    assert found == [("REF_NOT_FOUND", "tenants/initech/self.yaml")]

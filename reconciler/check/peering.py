@@ -3,6 +3,8 @@ of both declare it, each in their own folder."""
 
 from __future__ import annotations
 
+import difflib
+
 from ..models import Capability
 from ..schema import Manifest
 from .classes import require
@@ -27,6 +29,11 @@ def check_peerings(ctx: Context) -> None:
     and neither has an error."""
     declared: dict[tuple[Side, Side], Manifest] = {}
     written = {(own_side(p), peer_of(p)) for p in ctx.kind("VirtualNetworkPeering")}
+    for peering in ctx.kind("VirtualNetworkPeering"):
+        own, peer = own_side(peering), peer_of(peering)
+        if peer[0] != own[0] and (peer, own) not in written and \
+                not ctx.declares_invalid("VirtualNetworkPeering", peer[0]):
+            ctx.requested.add(id(peering))
     for peering in ctx.kind("VirtualNetworkPeering"):
         pair = (own_side(peering), peer_of(peering))
         if _check_one(ctx, peering, declared.get(pair)) and \
@@ -82,6 +89,9 @@ def _check_one(ctx: Context, peering: Manifest, earlier: Manifest | None) -> boo
                    f"VirtualNetwork '{spec.virtual_network}' is already peered with "
                    f"{tenant}/{name} by VirtualNetworkPeering '{earlier.name}'",
                    "remove one of them")
+        return False
+    if id(peering) in ctx.requested and not ctx.declared("VirtualNetwork", tenant, name):
+        _pending(ctx, peering, (tenant, name), missing=True)
         return False
     peer = ctx.lookup(peering, ("spec", "peer", "virtualNetwork"), "VirtualNetwork", name,
                       tenant)
@@ -152,9 +162,21 @@ def _has_invalid_peering(ctx: Context, tenant: str | None) -> bool:
         id(p) in ctx.invalid for p in ctx.kind("VirtualNetworkPeering") if p.tenant == tenant)
 
 
-def _pending(ctx: Context, peering: Manifest, peer: Side) -> None:
+def _pending(ctx: Context, peering: Manifest, peer: Side, missing: bool = False) -> None:
+    """A warning: the other side is not declared. `missing`: nor is the peer network, of
+    another tenant that never answered (it was removed, or is misspelt here): a request
+    that names it must not keep its tenant from removing its own network."""
     tenant, name = peer
     own = own_side(peering)
+    if missing:
+        names = [m.name for m in ctx.kind("VirtualNetwork") if m.tenant == tenant]
+        close = difflib.get_close_matches(name, names, n=1)
+        ctx.report("PEERING_PENDING", peering, ("spec", "peer", "virtualNetwork"),
+                   f"peering pending: tenant {tenant} declares no VirtualNetwork '{name}', "
+                   "nor the other side; nothing is routed",
+                   f"did you mean '{close[0]}'?" if close else
+                   "remove this peering if the network is gone")
+        return
     ctx.report("PEERING_PENDING", peering, ("spec", "peer"),
                f"peering pending: tenant {tenant} has not declared the other side; "
                "nothing is routed between "
