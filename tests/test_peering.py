@@ -8,6 +8,7 @@ is peered with nobody, and a repo where initech alone declares its side.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -505,3 +506,22 @@ def test_a_misspelt_peer_of_ones_own_tenant_is_still_an_error(tmp_path: Path) ->
             "virtualNetwork": "mirror", "peer": {"virtualNetwork": "scrach"}})]})
     found = [(d.code, d.file) for d in validate_repo(repo).diagnostics if d.is_error]
     assert found == [("REF_NOT_FOUND", "tenants/initech/self.yaml")]
+
+
+def test_a_tenant_is_removed_whatever_peerings_name_it(tmp_path: Path) -> None:
+    """The provider offboards initech (its folder and its Tenant). globex's side of their
+    peering stays in tenants/globex/, which the provider's owners do not approve: it must
+    not make the provider's removal an error there (REF_NOT_FOUND on `peer.tenant` did).
+    It waits, PEERING_PENDING saying there is no such tenant, until globex removes it; its
+    rows go in the same apply as initech's."""
+    repo = _repo(tmp_path)
+    shutil.rmtree(repo / "tenants/initech")
+    (repo / "provider/tenants/initech.yaml").unlink()
+    head = validate_repo(repo)
+    assert [d for d in head.diagnostics if d.is_error] == []
+    pending = [(d.code, d.file, d.message, d.hint) for d in head.diagnostics
+               if d.code.startswith("PEERING")]
+    assert pending == [("PEERING_PENDING", "tenants/globex/peering.yaml",
+                        "peering pending: there is no tenant initech; nothing is routed",
+                        "remove this peering if the tenant is gone")]
+    assert not [o for o in render_desired(head, {}).objects if "peering" in o.key]

@@ -76,6 +76,9 @@ def _check_one(ctx: Context, peering: Manifest, earlier: Manifest | None) -> boo
     own = ctx.lookup(peering, ("spec", "virtualNetwork"), "VirtualNetwork",
                      spec.virtual_network, peering.tenant)
     tenant, name = peer_of(peering)
+    if id(peering) in ctx.requested and not ctx.declared("Tenant", None, str(tenant)):
+        _pending(ctx, peering, (tenant, name), missing="Tenant")
+        return False
     if tenant != peering.tenant and ctx.lookup(
             peering, ("spec", "peer", "tenant"), "Tenant", str(tenant)) is None:
         return False
@@ -91,7 +94,7 @@ def _check_one(ctx: Context, peering: Manifest, earlier: Manifest | None) -> boo
                    "remove one of them")
         return False
     if id(peering) in ctx.requested and not ctx.declared("VirtualNetwork", tenant, name):
-        _pending(ctx, peering, (tenant, name), missing=True)
+        _pending(ctx, peering, (tenant, name), missing="VirtualNetwork")
         return False
     peer = ctx.lookup(peering, ("spec", "peer", "virtualNetwork"), "VirtualNetwork", name,
                       tenant)
@@ -162,20 +165,27 @@ def _has_invalid_peering(ctx: Context, tenant: str | None) -> bool:
         id(p) in ctx.invalid for p in ctx.kind("VirtualNetworkPeering") if p.tenant == tenant)
 
 
-def _pending(ctx: Context, peering: Manifest, peer: Side, missing: bool = False) -> None:
-    """A warning: the other side is not declared. `missing`: nor is the peer network, of
-    another tenant that never answered (it was removed, or is misspelt here): a request
-    that names it must not keep its tenant from removing its own network."""
+def _pending(ctx: Context, peering: Manifest, peer: Side, missing: str | None = None
+             ) -> None:
+    """A warning: the other side is not declared. `missing` (a kind): nor is the peer
+    network or its tenant, which never answered (removed, or misspelt here). A request
+    that names it must not keep its tenant from removing its own network, nor the provider
+    from removing the tenant: the requester's folder is not theirs to edit."""
     tenant, name = peer
     own = own_side(peering)
-    if missing:
-        names = [m.name for m in ctx.kind("VirtualNetwork") if m.tenant == tenant]
-        close = difflib.get_close_matches(name, names, n=1)
-        ctx.report("PEERING_PENDING", peering, ("spec", "peer", "virtualNetwork"),
-                   f"peering pending: tenant {tenant} declares no VirtualNetwork '{name}', "
-                   "nor the other side; nothing is routed",
+    if missing is not None:
+        names = [m.name for m in ctx.kind(missing)
+                 if missing == "Tenant" or m.tenant == tenant]
+        wanted = str(tenant) if missing == "Tenant" else name
+        close = difflib.get_close_matches(wanted, names, n=1)
+        what = f"there is no tenant {tenant}" if missing == "Tenant" else \
+            f"tenant {tenant} declares no VirtualNetwork '{name}', nor the other side"
+        ctx.report("PEERING_PENDING", peering, ("spec", "peer", "tenant")
+                   if missing == "Tenant" else ("spec", "peer", "virtualNetwork"),
+                   f"peering pending: {what}; nothing is routed",
                    f"did you mean '{close[0]}'?" if close else
-                   "remove this peering if the network is gone")
+                   f"remove this peering if the {'tenant' if missing == 'Tenant' else 'network'}"
+                   " is gone")
         return
     ctx.report("PEERING_PENDING", peering, ("spec", "peer"),
                f"peering pending: tenant {tenant} has not declared the other side; "
