@@ -213,3 +213,29 @@ def test_a_new_peering_moves_no_third_tenants_link(tmp_path: Path) -> None:
     globex = sorted(r.address for r in whole.resources
                     if r.address.split("/")[1] == "globex" and r.action != "no-op")
     assert globex == [], globex
+
+
+def test_a_request_never_answered_widens_no_plan(tmp_path: Path) -> None:
+    """globex requests a peering with acme's network, which acme never answers: it links
+    no routers, so a change of initech (globex's peer) is planned with globex, not with
+    acme. (Following every declared side would let one tenant that requests peerings
+    with everyone put everyone in every plan.)"""
+    repo = tmp_path / "repo"
+    copy_checkout(EXAMPLE, repo)
+    _acme_in_region_b(repo)
+    (repo / "tenants/initech/mirror-edge.yaml").unlink()
+    append_docs(repo, "tenants/globex/edge.yaml", manifest(
+        "VirtualNetworkPeering", "corp-edge", {
+            "virtualNetwork": "corp", "peer": {"tenant": "acme", "virtualNetwork": EDGE}}))
+    git(repo, "init", "-q")
+    commit_all(repo, "base")
+    git(repo, "branch", "-q", "base")
+    _new_public_address(repo)
+    commit_all(repo, "initech's new address")
+    shared = ParsedFiles()
+    head = validate_repo(repo, "HEAD", parsed=shared)
+    base = validate_repo(repo, "base", parsed=shared)
+    assert head.ok and base.ok
+    assert changed_tenants(base, head) == frozenset({"globex", "initech"})
+    whole = plan_between(validate_repo(repo, "base"), validate_repo(repo, "HEAD"), {})
+    assert _comparable(plan_between(base, head, {})) == _comparable(whole)
