@@ -523,5 +523,5 @@ def test_a_tenant_is_removed_whatever_peerings_name_it(tmp_path: Path) -> None:
                if d.code.startswith("PEERING")]
     assert pending == [("PEERING_PENDING", "tenants/globex/peering.yaml",
                         "peering pending: there is no tenant initech; nothing is routed",
-                        "remove this peering if the tenant is gone")]
+                        "check the name; remove this peering if the tenant is gone")]
     assert not [o for o in render_desired(head, {}).objects if "peering" in o.key]

@@ -3,8 +3,6 @@ of both declare it, each in their own folder."""
 
 from __future__ import annotations
 
-import difflib
-
 from ..models import Capability
 from ..schema import Manifest
 from .classes import require
@@ -173,19 +171,14 @@ def _pending(ctx: Context, peering: Manifest, peer: Side, missing: str | None = 
     from removing the tenant: the requester's folder is not theirs to edit."""
     tenant, name = peer
     own = own_side(peering)
-    if missing is not None:
-        names = [m.name for m in ctx.kind(missing)
-                 if missing == "Tenant" or m.tenant == tenant]
-        wanted = str(tenant) if missing == "Tenant" else name
-        close = difflib.get_close_matches(wanted, names, n=1)
+    if missing is not None:  # no close name: another tenant's names are not this one's
         what = f"there is no tenant {tenant}" if missing == "Tenant" else \
             f"tenant {tenant} declares no VirtualNetwork '{name}', nor the other side"
         ctx.report("PEERING_PENDING", peering, ("spec", "peer", "tenant")
                    if missing == "Tenant" else ("spec", "peer", "virtualNetwork"),
                    f"peering pending: {what}; nothing is routed",
-                   f"did you mean '{close[0]}'?" if close else
-                   f"remove this peering if the {'tenant' if missing == 'Tenant' else 'network'}"
-                   " is gone")
+                   f"check the name; remove this peering if the "
+                   f"{'tenant' if missing == 'Tenant' else 'network'} is gone")
         return
     ctx.report("PEERING_PENDING", peering, ("spec", "peer"),
                f"peering pending: tenant {tenant} has not declared the other side; "
