@@ -525,3 +525,30 @@ def test_a_tenant_is_removed_whatever_peerings_name_it(tmp_path: Path) -> None:
                         "peering pending: there is no tenant initech; nothing is routed",
                         "check the name; remove this peering if the tenant is gone")]
     assert not [o for o in render_desired(head, {}).objects if "peering" in o.key]
+
+
+@pytest.mark.xfail(strict=True, reason="a rule naming a peer's group through an established "
+                   "peering pins that group: REF_NOT_FOUND in the rule's folder")
+def test_a_peer_removes_its_own_group_that_a_peering_rule_names(tmp_path: Path) -> None:
+    """initech's mirror group admits globex's group app through their peering. globex
+    moves its app-1 to another group and removes app, in its own folder: refused, by an
+    error in tenants/initech/, which globex cannot edit (its only way out is to end the
+    peering first, cutting the traffic). AWS lets the peer delete a referenced group, the
+    rule going stale (describe-stale-security-groups); here the rule could admit nothing
+    with a warning (RULE_NO_EFFECT)."""
+    repo = _repo(tmp_path)
+    for rel in ("tenants/globex/security-groups.yaml", "tenants/globex/compute.yaml"):
+        path = repo / rel
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        kept = [d for d in docs
+                if not (d["kind"] == "SecurityGroup" and d["metadata"]["name"] == "app")]
+        for d in kept:
+            if d["kind"] == "SecurityGroup":  # globex's own rules naming app go too
+                d["spec"]["ingress"] = [r for r in d["spec"].get("ingress", [])
+                                        if r.get("securityGroup") != "app"]
+            for attachment in d["spec"].get("networkAttachments", []):
+                if attachment.get("securityGroups") == ["app"]:
+                    attachment["securityGroups"] = ["database"]
+        path.write_text(yaml.safe_dump_all(kept, sort_keys=False))
+    found = [(d.code, d.file) for d in validate_repo(repo).diagnostics if d.is_error]
+    assert found == [], found
