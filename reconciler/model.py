@@ -132,6 +132,16 @@ class Model:
         network's own VirtualNetworkPeering."""
         return self.ctx.peered.get((tenant, vn), {})
 
+    def peer_prefixes(self, peer: tuple[str | None, str], version: int
+                      ) -> list[tuple[str, str]]:
+        """(subnet, CIDR) of each subnet of a peered network in a family: what a peering
+        routes to it. Not the network's whole CIDR: an address there that no subnet holds
+        would reach the peer's router and leave by its way out."""
+        tenant, vn = peer
+        return sorted((s.name, str(space.net)) for s in self.kind("Subnet")
+                      if s.tenant == tenant and s.obj.spec.virtual_network == vn
+                      and (space := self.subnet_spaces(tenant, s.name).get(version)))
+
     @cached_property
     def established_peerings(self) -> frozenset[str]:
         """The references of the VirtualNetworkPeerings both sides declare."""
@@ -221,8 +231,9 @@ class Model:
                   for r in s.obj.spec.routes
                   if cidr is not None and family_of(r.nexthop) == version
                   and address(r.nexthop) in cidr}
-        peered = {str(cidrs[version]) for peer in self.peers(tenant, vn)
-                  if version in (cidrs := self.network_cidrs(*peer))
+        peered = {prefix for peer in self.peers(tenant, vn)
+                  for _, prefix in self.peer_prefixes(peer, version)
+                  if version in self.network_cidrs(*peer)
                   and cidr is not None}  # routed only in a family both networks have
         return sorted(routed | peered | self.provider_cidrs.get((tenant, vn, version), set()))
 

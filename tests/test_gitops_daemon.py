@@ -180,14 +180,14 @@ def test_the_daemon_follows_the_branch(tmp_path: Path) -> None:
             # 1. The branch is applied; the metrics and readiness say so.
             run = wait_until("c1 applied", lambda: run_of(state, c1, result="applied"),
                              proc, err)
-            assert run["applied"]["create"] == 161 and run["reconciled"] == c1
+            assert run["applied"]["create"] == 163 and run["reconciled"] == c1
             assert LSP in ports(remote)
             wait_until("ready", lambda: get(port, "/readyz")[0] == 200, proc, err)
             values = metrics(port)
             assert metric(values, "unet_reconcile_runs_total", result="applied") == 1
             assert metric(values, "unet_reconcile_resources", kind="ComputeInstance") == 8
             assert metric(values, "unet_reconcile_apply_duration_seconds_count") == 1
-            assert metric(values, "unet_reconcile_applied_objects_total", action="create") == 161
+            assert metric(values, "unet_reconcile_applied_objects_total", action="create") == 163
             assert (metric(values, "unet_reconcile_last_run_timestamp_seconds") or 0) > 0
             info = [labels for (name, labels) in values if name == "unet_reconcile_revision_info"]
             assert info and dict(info[0])["last_good"] == c1
@@ -290,7 +290,7 @@ def test_two_reconcilers_never_apply_at_once(tmp_path: Path) -> None:
             (first, second)]
     assert codes == [0, 2], [err.read_text() for _, _, err in (first, second)]
     applied, found = sorted(logs, key=lambda log: log["result"])
-    assert applied["result"] == "applied" and applied["applied"]["create"] == 161
+    assert applied["result"] == "applied" and applied["applied"]["create"] == 163
     assert found["result"] == "ok" and found["applied"] == {}  # it saw the other's work
     one, two = sorted(logs, key=lambda log: log["locked_at"])
     assert one["unlocked_at"] <= two["locked_at"]  # the lock: never at the same time
@@ -358,10 +358,12 @@ def test_the_job_summary_fits_and_puts_the_run_first(tmp_path: Path) -> None:
     whole = markdown_report(run, plan)
     assert whole.startswith("### unet reconcile: changes applied\n")
     assert whole.count("<details>") == changed > 30 and "not shown here" not in whole
-    for limit in (9000, 14_000):  # the summary (counts, reachability, exposure) is ~7 KB
+    for limit in (12_000, 16_000):  # the summary (counts, reachability, exposure) is ~9 KB
         cut = markdown_report(run, plan, limit=limit)
         assert len(cut.encode()) <= limit
         assert cut.startswith("### unet reconcile: changes applied\n")
         assert f"| resources | 0 | 0 | {plan['counts']['create']} | 0 |" in cut
         assert "more changed resources not shown here" in cut
         assert cut.count("<details>") == cut.count("</details>") < changed
+    tight = markdown_report(run, plan, limit=4000)  # less than the summary itself
+    assert len(tight.encode()) <= 4000 and tight.endswith("the run's plan has the rest._\n")

@@ -590,7 +590,7 @@ def test_merge_applies_and_the_schedule_reports_or_repairs_drift(tmp_path: Path,
     run = workflow("unet-apply.yml", base)
     assert run.conclusion == "success", run.log
     assert run.step("plan").outputs["exit-code"] == "2"
-    assert "Apply complete: 161 created" in run.step("Apply the plan").stdout
+    assert "Apply complete: 163 created" in run.step("Apply the plan").stdout
     assert "| resources | 0 | 0 | 50 | 0 | 12 |" in run.summary
     assert LSP in nbctl(backend, "--bare", "--columns=name", "list", "Logical_Switch_Port")
 

@@ -180,16 +180,11 @@ def test_a_third_network_stays_apart(peered: Fabric) -> None:
         assert scratch1.name not in result.ports, result
 
 
-@pytest.mark.xfail(strict=True, reason="a peer's traffic to its peer's CIDR outside every "
-                   "subnet of it leaves by the peer's default route, untranslated")
 def test_a_peers_unused_addresses_do_not_lead_to_its_way_out(peered: Fabric) -> None:
-    """mirror routes all of corp's 10.10.0.0/16 to corp's router; corp's subnets hold
-    10.10.1-3.0/24 only. A packet from the mirror to 10.10.200.5 reaches corp's router,
-    which has no subnet for it, and its default route sends it out through globex's
-    gateway port to the upstream router, with initech's own source (no NATGateway
-    translates it): the peer's way out is shared, which docs/api.md says it is not. (A
-    VPC's own CIDR is its local route: an address there that no subnet holds goes
-    nowhere.)"""
+    """corp's subnets hold 10.10.1-3.0/24 of its 10.10.0.0/16. The mirror is routed to
+    those subnets only: a packet to 10.10.200.5 never reaches corp's router, whose default
+    route would send it out through globex's gateway, untranslated (the peer's way out is
+    not shared: docs/api.md)."""
     nb = peered.nb
     mirror1 = nb.port("initech", "ComputeInstance", "artifact-mirror-1")
     trace = peered.send(mirror1, nb.gateway("initech", "artifacts").mac, "10.10.200.5",

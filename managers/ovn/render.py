@@ -457,7 +457,7 @@ class _Renderer:
     # -- peerings ---------------------------------------------------------------------------
     def _peerings(self, vn: Manifest) -> None:
         """Per peered network, the network's side of the link (its own peering owns it):
-        a router port whose peer is the other router's, and a route to each CIDR of the
+        a router port whose peer is the other router's, and a route to each subnet of the
         peer in a family both have (IPv6: by the peer port's link-local address)."""
         own = (vn.tenant, vn.name)
         cidrs = self.model.network_cidrs(*own)
@@ -475,12 +475,13 @@ class _Renderer:
             for version in sorted(set(cidrs) & set(theirs)):
                 nexthop = self.model.peering_address(peer, own) if version == 4 else \
                     str(netaddr.EUI(self.mac(_peer_port_key(peer, own))).ipv6_link_local())
-                self.out.add("Logical_Router_Static_Route", key(
-                    "Logical_Router_Static_Route", *own, "peering", *peer,
-                    *(() if version == 4 else ("ipv6",))), peering.ref, {
-                    "ip_prefix": str(theirs[version]), "nexthop": nexthop,
-                    "output_port": name, "policy": None, "route_table": "",
-                }, parent=(router, "static_routes"))
+                for subnet, prefix in self.model.peer_prefixes(peer, version):
+                    self.out.add("Logical_Router_Static_Route", key(
+                        "Logical_Router_Static_Route", *own, "peering", *peer, subnet,
+                        *(() if version == 4 else ("ipv6",))), peering.ref, {
+                        "ip_prefix": prefix, "nexthop": nexthop,
+                        "output_port": name, "policy": None, "route_table": "",
+                    }, parent=(router, "static_routes"))
 
     # -- workloads --------------------------------------------------------------------------
     def _hosted_addresses(self, vm: Manifest) -> None:

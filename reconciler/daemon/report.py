@@ -82,7 +82,10 @@ def markdown_report(run: Run, plan: dict[str, Any] | None, validation: Any = Non
                                 "(`reconcile: report`).")
         text += body
     data = text.encode()
-    return data[:limit].decode(errors="ignore") if len(data) > limit else text
+    if len(data) <= limit:
+        return text
+    cut = "\n\n_… cut here (the job summary's size limit); the run's plan has the rest._\n"
+    return data[:limit - len(cut.encode())].decode(errors="ignore") + cut
 
 
 def github_outputs(run: Run, path: str) -> None:
