@@ -172,8 +172,16 @@ def test_one_mistake_in_the_example_is_one_error_where_it_is(mutant: Mutant,
                                                              example_copy: Path) -> None:
     (example_copy / mutant.file).write_text(mutant.text)
     errors, warnings = _errors(example_copy)
+    if not errors and [d.code for d in warnings] in ([c] for c in ONE_SIDED):
+        errors, warnings = warnings, []  # what another tenant may remove: a warning
     assert len(errors) == 1 and warnings == [], _show(errors + warnings)
     assert (errors[0].file, errors[0].line) == (mutant.file, mutant.line), _show(errors)
+
+
+#: A peer (tenant, network or group) named across tenants is the other tenant's to remove:
+#: naming one that is not there is a warning (docs/api.md, VirtualNetworkPeering), so a
+#: misspelt one is too, said where the name is.
+ONE_SIDED = ("PEERING_PENDING", "RULE_NO_EFFECT")
 
 
 @dataclass(frozen=True)

@@ -446,11 +446,14 @@ class _Renderer:
 
     def _remote_network(self, tenant: str | None, vn: str, rule: Any
                         ) -> tuple[str, str] | None:
-        """The peered network a rule's group is of, while the peering is established."""
+        """The peered network a rule's group is of, while the peering is established and
+        the peer has the group (a group the peer removed leaves the rule stale)."""
         if rule.peering is None:
             return None
         for (peer_tenant, peer_vn), peering in self.model.peers(tenant, vn).items():
-            if peering.name == rule.peering:
+            if peering.name == rule.peering and (
+                    rule.security_group == "default"
+                    or self.model.get("SecurityGroup", peer_tenant, rule.security_group)):
                 return str(peer_tenant), peer_vn
         return None
 

@@ -136,11 +136,11 @@ class Context:
         if found is None and (kind, tenant, name) not in self.declared_invalid:
             where = f" in tenant {tenant}" if tenant else ""
             self.report("REF_NOT_FOUND", manifest, path, f"no {kind} named '{name}'{where}",
-                        _similar_hint(self, kind, tenant, name))
+                        similar_hint(self, kind, tenant, name))
         return found
 
 
-def _similar_hint(ctx: Context, kind: str, tenant: str | None, name: str) -> str | None:
+def similar_hint(ctx: Context, kind: str, tenant: str | None, name: str) -> str | None:
     names = [m.name for m in ctx.kind(kind) if m.identity[1] == tenant]
     close = difflib.get_close_matches(name, names, n=1)
     if close:

@@ -7,7 +7,7 @@ from typing import Any
 from ..models import Capability, Family, Rule
 from ..schema import Manifest
 from .classes import require
-from .context import Context, Path_
+from .context import Context, Path_, similar_hint
 from .netutil import parse_cidr
 from .peering import peer_of
 
@@ -97,9 +97,16 @@ def _check_peer_group(ctx: Context, group: Manifest, path: Path_, peering_name: 
             or name == DEFAULT_GROUP:
         return True  # a request the other tenant never answered: the rule admits nothing
     found = ctx.get("SecurityGroup", tenant, name)
-    if found is None:
-        return ctx.lookup(group, (*path, "securityGroup"), "SecurityGroup", name,
-                          tenant) is not None
+    if found is None and (ctx.declared("SecurityGroup", tenant, name)
+                          or ctx.declares_invalid("SecurityGroup", tenant)):
+        return True  # the peer's group has its own error, reported there
+    if found is None:  # the peer's to remove: the rule goes stale, as AWS's do
+        hint = similar_hint(ctx, "SecurityGroup", tenant, name)
+        ctx.report("RULE_NO_EFFECT", group, (*path, "securityGroup"),
+                   f"the rule matches nothing: the peer network {tenant}/{peer_vn} has no "
+                   f"SecurityGroup '{name}' (any more)",
+                   hint or "name a group the peer network has, or remove the rule")
+        return True
     if found.obj.spec.virtual_network != peer_vn:
         if ctx.rejected(found, ("spec", "virtualNetwork")):
             return False  # reported there
