@@ -40,6 +40,7 @@ from unet.managers.sdk import (
 )
 
 from .codec import Row, atoms, compact_row, tag, to_object, uuid_of
+from .codec import label as row_label
 from .northbound import Northbound
 from .render import ident
 from .schema import MANAGED_COLUMNS, PARENT_COLUMNS
@@ -63,8 +64,10 @@ class Rows:
     def get(self, table: str, uuid: str) -> Row | None:
         return self.free.get(table, {}).get(uuid)
 
-    def label(self, uuid: str) -> str:
-        table = self.table_of.get(uuid, "row")
+    def label(self, uuid: str, table: str = "row") -> str:
+        """How people know the row: its name, or what it does (a NAT rule's addresses, a
+        route's prefix); `table` names a row of a table adoption does not read."""
+        table = self.table_of.get(uuid, table)
         row = self.free.get(table, {}).get(uuid, {})
         if isinstance(row.get("name"), str) and row["name"]:
             return f"{table} {row['name']}"
@@ -72,6 +75,8 @@ class Rows:
             return f"ACL {row['direction']} {row['priority']} {row['action']} `{row['match']}`"
         if table == "DHCP_Options":
             return f"DHCP_Options {row['cidr']} ({uuid})"
+        if table in ("NAT", "Logical_Router_Static_Route") and row:
+            return row_label(table, uuid, row)
         return f"{table} {uuid}"
 
 
@@ -454,8 +459,12 @@ class OvnAdopter(Adopter):
                                          self.manager, ())
             out.ids[key] = uuid
             self.uuids[key] = (table, uuid)
-            out.extra += [(key, rows.label(child)) for column in PARENT_COLUMNS.get(table, ())
-                          for child in atoms(row[column]) if child not in taken]
+            # Every column whose rows live inside this one (the server's schema says which:
+            # a switch's ACLs and QoS rules, a router's policies, besides the columns unet
+            # fills), so that nothing the manifests do not say goes with it.
+            out.extra += [(key, rows.label(child, held))
+                          for column, held in self.nb.schema.holding.get(table, {}).items()
+                          for child in atoms(row.get(column, [])) if child not in taken]
         return out
 
     def tag(self, pairs: Sequence[tuple[BackendObject, BackendObject]]) -> None:
