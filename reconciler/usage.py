@@ -99,11 +99,15 @@ def spaces(model: Model, tenant: str | None = None) -> list[Space]:
     """Every space of the revision, in a fixed order; with `tenant`, those it draws from:
     its subnets, the provider networks shared with it, the pools it may use and the
     segment ranges of its networks' classes."""
+    # A pool of a region the tenant lacks is none of its (REGION_NOT_ALLOWED), open or not.
+    regions = {region for found in model.kind("Tenant") if found.name == tenant
+               for region in found.obj.spec.regions}
     pools = [Space(("ExternalIPPool", None, pool.name, None), _capacity(space), pool)
              for pool in model.kind("ExternalIPPool")
              if (space := model.pool_space(pool.name)) is not None
-             and (tenant is None or not pool.obj.spec.tenants
-                  or tenant in pool.obj.spec.tenants)]
+             and (tenant is None or ((not pool.obj.spec.tenants
+                                      or tenant in pool.obj.spec.tenants)
+                                     and pool.obj.spec.region in regions))]
     segments = [*model.kind("Subnet"), *model.kind("ProviderNetwork")]
     subnets = [part for segment in segments if tenant is None or segment.tenant == tenant
                or (segment.kind == "ProviderNetwork" and tenant in segment.obj.spec.tenants)

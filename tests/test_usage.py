@@ -91,6 +91,10 @@ def test_a_tenant_sees_its_subnets_and_the_shared_spaces_it_draws_from(
     globex = usage(tmp_path, example_copy, "--offline", "--tenant", "globex")
     storage = globex[("ProviderNetwork", None, "storage-b", 4)]  # db-metal's storage NIC
     assert storage["used"] == 1 and storage["size"] == 100, storage
+    # globex has region-b alone: region-a's pool, open to all tenants, is none of its
+    # (an ExternalIP of it would be REGION_NOT_ALLOWED).
+    assert ("ExternalIPPool", None, "public-a", None) not in globex, "another region's pool"
+    assert ("ExternalIPPool", None, "public-b", None) in globex
     missing = unet(tmp_path, "show", "usage", str(example_copy), "--offline", "--tenant",
                    "nobody")
     assert missing.returncode == 1 and "no Tenant named 'nobody'" in missing.stderr
