@@ -232,3 +232,15 @@ def test_a_space_with_room_left_is_never_shown_full() -> None:
 
     assert [shown(249, 250), shown(250, 250), shown(1, 1000), shown(0, 0)] == \
         ["99", "100", "0", "100"]
+
+
+def test_an_ipv6_subnet_reads_as_a_power_of_two_not_twenty_digits(
+        tmp_path: Path, example_copy: Path) -> None:
+    """The demo's table: a /64 holds 2^64 addresses less a few; twenty digits in its size
+    and free columns pushed every other figure off to the right. JSON keeps them exact."""
+    text = unet(tmp_path, "show", "usage", str(example_copy), "--offline").stdout
+    line = next(row for row in text.splitlines() if row.startswith("Subnet acme/db IPv6"))
+    assert line.split() == ["Subnet", "acme/db", "IPv6", "~2^64", "1", "~2^64", "0%"], line
+    assert max(len(row) for row in text.splitlines()) < 70, text
+    exact = usage(tmp_path, example_copy, "--offline")[("Subnet", "acme", "db", 6)]
+    assert exact["size"] == 2**64 - 2 and exact["free"] == 2**64 - 3, exact
