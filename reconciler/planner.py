@@ -366,8 +366,9 @@ def _conflicts(observations: Mapping[str, Observation],
     for name in sorted(observations):
         for message in observations[name].conflicts(creates):
             out.append(Diagnostic("NAME_CONFLICT", message,
-                                  hint="rename or remove the other object; unet never "
-                                       "overwrites what it does not own"))
+                                  hint="rename the manifest, or remove the other object "
+                                       "or adopt it (unet import --apply, docs/import.md); "
+                                       "unet never overwrites what it does not own"))
     return out
 
 

@@ -201,6 +201,8 @@ def test_a_network_built_by_hand_is_adopted_in_place_and_traffic_is_unchanged(
     early = plan(repo, repo)
     assert early.returncode == 1 and "already exists and is not managed by this " \
         "installation" in early.stdout + early.stderr, early.stdout + early.stderr
+    # Its hint names the step that is missing, not only renaming or removing the rows.
+    assert "or adopt it (unet import --apply, docs/import.md)" in early.stdout, early.stdout
 
     adopted = _import(repo, "--apply")
     assert adopted["applied"] and [n["name"] for n in adopted["networks"]
