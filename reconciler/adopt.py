@@ -307,7 +307,7 @@ def _created(obj: BackendObject, wanted: list[BackendObject], here: bool,
 
 def _differences(want: BackendObject, have: BackendObject, shown: str) -> list[str]:
     """What adopting `have` as `want` would change besides unet's tags, in words."""
-    out = [f"{shown}: {column} is {have.fields.get(column)!r}, the manifests give {value!r}"
+    out = [_difference(shown, column, have.fields.get(column), value)
            for column, value in want.fields.items() if have.fields.get(column) != value]
     columns = sorted(set(have.refs) | set(want.refs))
     out += [f"{shown}: {column} refers to {list(have.refs.get(column, ()))}, the manifests "
@@ -316,6 +316,17 @@ def _differences(want: BackendObject, have: BackendObject, shown: str) -> list[s
     if have.parent != want.parent:
         out.append(f"{shown}: is in {have.parent}, the manifests put it in {want.parent}")
     return out
+
+
+def _difference(shown: str, column: str, have: Any, want: Any) -> str:
+    """One column that differs; of a map (DHCP options, other_config), only the keys that
+    differ, so that the one key to set is not lost among those that agree."""
+    if isinstance(have, dict) and isinstance(want, dict):
+        keys = sorted(k for k in {*have, *want} if have.get(k) != want.get(k))
+        return (f"{shown}: {column} differ in {', '.join(keys)}: "
+                f"{ {k: have[k] for k in keys if k in have}!r} here, the manifests give "
+                f"{ {k: want[k] for k in keys if k in want}!r}")
+    return f"{shown}: {column} is {have!r}, the manifests give {want!r}"
 
 
 def _shown(run: _Run, pairs: Pairs) -> list[str]:

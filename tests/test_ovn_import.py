@@ -280,6 +280,21 @@ def test_what_a_switch_or_router_holds_besides_unets_rows_refuses_the_network(
     assert _rows(lab)["Logical_Switch_Port"] == rows_before["Logical_Switch_Port"]
 
 
+def test_dhcp_options_that_differ_are_named_by_the_keys_that_differ(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    """DHCP options set by hand without an `mtu` (unet always writes one): the refusal
+    names that key, not two six-key maps for the operator to compare."""
+    lab, repo = hand_built
+    dhcp = lab.nbctl("--bare", "--columns=_uuid", "find", "DHCP_Options",
+                     "cidr=10.60.1.0/24").strip()
+    lab.nbctl("dhcp-options-set-options", dhcp, "server_id=10.60.1.1",
+              f"server_mac={GW_WEB[1]}", "lease_time=43200", "router=10.60.1.1")
+    network = {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]
+    [reason] = [r for r in network["reasons"] if r.startswith("DHCP_Options 10.60.1.0/24")]
+    assert reason.endswith(": options differ in mtu: {} here, the manifests give "
+                           "{'mtu': '1500'}"), reason
+
+
 def test_import_names_what_is_wrong_with_its_arguments_and_reads_nothing(
         example_copy: Path) -> None:
     cases = {("--manager", "kubernetes", "--tenant", "globex"):
