@@ -119,7 +119,20 @@ def adopt_networks(repo: Path, head: Validation, manager: str, tenant: str,
         report = _adopt(run, head, manager, chosen) if apply else \
             _import(run, repo, manager, chosen, networks)
         report.refused = _refusals(adopter, networks, report)
+        _say_why_held(report, networks)
     return report
+
+
+def _say_why_held(report: Report, networks: list[ImportedNetwork]) -> None:
+    """A row that a network's row holds and that inference refused (a port with dynamic
+    addresses, say): its reason beside the network's, where the operator reads."""
+    why = {r.row: r.reason for n in networks for r in n.refused}
+    tail = ", which the manifests do not describe"
+    for network in report.networks:
+        network.reasons = [
+            f"{reason} ({why[held]})" if reason.endswith(tail)
+            and (held := reason[:-len(tail)].rpartition(" holds ")[2]) in why else reason
+            for reason in network.reasons]
 
 
 def _distinct(networks: list[ImportedNetwork]) -> list[ImportedNetwork]:

@@ -280,6 +280,25 @@ def test_what_a_switch_or_router_holds_besides_unets_rows_refuses_the_network(
     assert _rows(lab)["Logical_Switch_Port"] == rows_before["Logical_Switch_Port"]
 
 
+def test_a_port_inference_refused_says_why_beside_its_network(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    """A port with OVN's dynamic addressing gives no ComputeInstance: the network's reason
+    (its switch holds a port no manifest describes) says why, not only a line among the
+    rows left as they are."""
+    lab, repo = hand_built
+    lab.nbctl("set", "Logical_Switch", "web-net", "other_config:subnet=10.60.1.0/24",
+              "--", "lsp-add", "web-net", "web3", "--", "lsp-set-addresses", "web3",
+              "0a:00:00:00:02:03 dynamic")
+    network = {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]
+    chosen = lab.nbctl("get", "Logical_Switch_Port", "web3", "dynamic_addresses").strip()
+    assert chosen.startswith('"0a:00:00:00:02:03 10.60.1.'), chosen
+    assert "Logical_Switch web-net holds Logical_Switch_Port web3, which the manifests do " \
+        "not describe (addresses ['0a:00:00:00:02:03 dynamic']: OVN chooses them (dynamic), " \
+        "unet keeps fixed ones: set those it chose, `ovn-nbctl lsp-set-addresses web3 " \
+        f"'{chosen.strip(chr(34))}'`, and import again)" in network["reasons"], \
+        network["reasons"]
+
+
 def test_dhcp_options_that_differ_are_named_by_the_keys_that_differ(
         hand_built: tuple[OvnLab, Path]) -> None:
     """DHCP options set by hand without an `mtu` (unet always writes one): the refusal

@@ -53,6 +53,10 @@ _UNNAMED = {"ACL": ("direction", "priority", "match", "action"),
             "DHCP_Options": ("cidr", "options")}
 
 
+#: Read of unowned rows besides what unet reads of its own: to say what to do about them.
+_READ_TOO = {"Logical_Switch_Port": ("dynamic_addresses",)}
+
+
 @dataclass
 class Rows:
     """The Northbound as adoption sees it: rows no installation owns, by table and UUID."""
@@ -86,7 +90,8 @@ def read_rows(nb: Northbound, installation: str) -> Rows:
     tables = list(MANAGED_COLUMNS)
     ours = ["external_ids", "excludes", ["map", [[TAG_INSTALLATION, installation]]]]
     operations = [{"op": "select", "table": table, "where": [ours],
-                   "columns": ["_uuid", *nb.schema.columns_read(table)]} for table in tables]
+                   "columns": ["_uuid", *nb.schema.columns_read(table),
+                               *_READ_TOO.get(table, ())]} for table in tables]
     results = nb.fence(installation).read(operations, compact_row)
     free: dict[str, dict[str, Row]] = {}
     refused = []
@@ -259,6 +264,13 @@ class _Inference:
         parts = str(entries[0]).split() if len(entries) == 1 else []
         if not parts or not netaddr.valid_mac(parts[0]) or len(parts) > 3 \
                 or not all(netaddr.valid_ipv4(a) or netaddr.valid_ipv6(a) for a in parts[1:]):
+            chosen = lsp.get("dynamic_addresses")
+            if "dynamic" in parts and isinstance(chosen, str) and chosen:
+                network.refused.append(Refusal(shown, f"addresses {entries}: OVN chooses them "
+                                               "(dynamic), unet keeps fixed ones: set those "
+                                               f"it chose, `ovn-nbctl lsp-set-addresses "
+                                               f"{lsp['name']} '{chosen}'`, and import again"))
+                return None
             network.refused.append(Refusal(shown, f"addresses {entries or '[]'}: a workload "
                                            "port has one MAC and at most one fixed address "
                                            "per family"))
