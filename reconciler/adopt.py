@@ -322,10 +322,19 @@ def _differences(want: BackendObject, have: BackendObject, shown: str) -> list[s
     """What adopting `have` as `want` would change besides unet's tags, in words."""
     out = [_difference(shown, column, have.fields.get(column), value)
            for column, value in want.fields.items() if have.fields.get(column) != value]
-    columns = sorted(set(have.refs) | set(want.refs))
-    out += [f"{shown}: {column} refers to {list(have.refs.get(column, ()))}, the manifests "
-            f"give {list(want.refs.get(column, ()))}" for column in columns
-            if tuple(have.refs.get(column, ())) != tuple(want.refs.get(column, ()))]
+    for column in sorted(set(have.refs) | set(want.refs)):
+        here, wanted = have.refs.get(column, ()), want.refs.get(column, ())
+        if tuple(here) == tuple(wanted):
+            continue
+        # What differs, not both lists: a network's group of fifty ports lacking one.
+        lacks = [key for key in wanted if key not in here]
+        extra = [key for key in here if key not in wanted]
+        parts = ([f"lacks {', '.join(lacks)}"] if lacks else []) + \
+            ([f"also refers to {', '.join(extra)}, which the manifests do not"]
+             if extra else [])
+        out.append(f"{shown}: {column} {'; '.join(parts)}" if parts else
+                   f"{shown}: {column} refers to {list(here)}, the manifests give "
+                   f"{list(wanted)}")
     if have.parent != want.parent:
         out.append(f"{shown}: is in {have.parent}, the manifests put it in {want.parent}")
     return out

@@ -291,6 +291,15 @@ def test_a_port_inference_refused_says_why_beside_its_network(
               "0a:00:00:00:02:03 dynamic")
     network = {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]
     chosen = lab.nbctl("get", "Logical_Switch_Port", "web3", "dynamic_addresses").strip()
+    # Given fixed addresses, the port is read: what it lacks is named, not two lists.
+    lab.nbctl("lsp-set-addresses", "web3", chosen.strip('"'), "--", "lsp-set-port-security",
+              "web3", chosen.strip('"'), "--", "remove", "Logical_Switch", "web-net",
+              "other_config", "subnet")
+    fixed = {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]["reasons"]
+    assert f"Port_Group {PG}: ports lacks Logical_Switch_Port/legacy/ComputeInstance/web3/0" \
+        in fixed, fixed
+    lab.nbctl("lsp-set-addresses", "web3", "0a:00:00:00:02:03 dynamic", "--", "set",
+              "Logical_Switch", "web-net", "other_config:subnet=10.60.1.0/24")
     assert chosen.startswith('"0a:00:00:00:02:03 10.60.1.'), chosen
     assert "Logical_Switch web-net holds Logical_Switch_Port web3, which the manifests do " \
         "not describe (addresses ['0a:00:00:00:02:03 dynamic']: OVN chooses them (dynamic), " \
