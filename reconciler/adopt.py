@@ -301,8 +301,9 @@ def _verify(run: _Run, validation: Validation, names: set[str]) -> _Verdict:
         reasons.setdefault(unit, []).extend(_differences(obj, have, describe(have)))
     owners = {o.key: unit_of[o.owner] for o in mine}
     for parent, child in adoption.extra:
+        verb = "" if child.startswith("refers to ") else "holds "  # a reference, not a child
         reasons.setdefault(owners[parent], []).append(
-            f"{describe(adoption.objects[parent])} holds {child}, which the manifests do not "
+            f"{describe(adoption.objects[parent])} {verb}{child}, which the manifests do not "
             "describe")
     return _Verdict({u: r for u, r in reasons.items() if r}, pairs, adoption)
 

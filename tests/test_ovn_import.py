@@ -266,6 +266,8 @@ def test_what_a_switch_or_router_holds_besides_unets_rows_refuses_the_network(
     lab.nbctl("acl-add", "db-net", "to-lport", "900", 'outport == "db1" && ip4', "drop")
     lab.nbctl("lr-policy-add", "prod-router", "100", "ip4.src == 10.60.1.0/24", "drop")
     lab.nbctl("lr-nat-add", "prod-router", "snat", "203.0.113.99", "10.60.0.0/22")
+    lab.nbctl("lb-add", "lb-web", "10.60.1.100:80", "10.60.1.10:80", "tcp", "--",
+              "ls-lb-add", "web-net", "lb-web")  # a VIP on the switch: traffic no one says
     for step in ((), ("--apply",)):  # what import says, --apply holds against the rows
         network = {n["name"]: n for n in _import(repo, *step)["networks"]}["prod-router"]
         assert not network["adopted"]
@@ -275,6 +277,8 @@ def test_what_a_switch_or_router_holds_besides_unets_rows_refuses_the_network(
         assert "Logical_Router prod-router holds Logical_Router_Policy " in reasons, reasons
         # A NAT rule is named by what it does, not by its UUID alone.
         assert "(snat 203.0.113.99 ↔ 10.60.0.0/22), which the manifests" in reasons, reasons
+        assert "Logical_Switch web-net refers to Load_Balancer lb-web, which the manifests " \
+            "do not describe" in reasons, reasons
     assert "example" not in lab.nbctl("--bare", "--columns=external_ids", "list",
                                       "Logical_Switch", "db-net")
     assert _rows(lab)["Logical_Switch_Port"] == rows_before["Logical_Switch_Port"]

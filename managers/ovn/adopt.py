@@ -43,7 +43,7 @@ from .codec import Row, atoms, compact_row, tag, to_object, uuid_of
 from .codec import label as row_label
 from .northbound import Northbound
 from .render import ident
-from .schema import MANAGED_COLUMNS, PARENT_COLUMNS
+from .schema import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
 
 API = "network.osac.io/v1alpha1"
 #: Rows without a name, matched inside their parent by these columns.
@@ -84,14 +84,27 @@ class Rows:
         return f"{table} {uuid}"
 
 
+def _references(nb: Northbound, table: str) -> dict[str, str]:
+    """Every column of `table` that refers to rows of another, with that table: what an
+    adopted row refers to must be what its manifests say (a switch's load balancers)."""
+    out = {}
+    for name, column in nb.schema.db.tables[table].columns.items():
+        for base in (column.type.key, column.type.value):
+            if base is not None and base.ref_table_name:
+                out[name] = str(base.ref_table_name)
+    return out
+
+
 def read_rows(nb: Northbound, installation: str) -> Rows:
     """Every row of the tables unet writes; those another installation's tag claims are
     refused, this installation's are left out (they are unet's already)."""
     tables = list(MANAGED_COLUMNS)
     ours = ["external_ids", "excludes", ["map", [[TAG_INSTALLATION, installation]]]]
     operations = [{"op": "select", "table": table, "where": [ours],
-                   "columns": ["_uuid", *nb.schema.columns_read(table),
-                               *_READ_TOO.get(table, ())]} for table in tables]
+                   "columns": list(dict.fromkeys(["_uuid", *nb.schema.columns_read(table),
+                                                  *_READ_TOO.get(table, ()),
+                                                  *_references(nb, table)]))}
+                  for table in tables]
     results = nb.fence(installation).read(operations, compact_row)
     free: dict[str, dict[str, Row]] = {}
     refused = []
@@ -457,6 +470,7 @@ class OvnAdopter(Adopter):
             uuid = _find(obj, rows, by_name, taken, found)
             if uuid is not None:
                 taken[uuid], found[obj.key] = obj.key, uuid
+        ours = {uuid for _table, uuid in self.ours.values()}
         key_of = {uuid: key for key, (_table, uuid) in self.ours.items()} | taken
         parent_of = {child: (key_of[uuid], column)
                      for table, columns in PARENT_COLUMNS.items()
@@ -477,6 +491,14 @@ class OvnAdopter(Adopter):
             out.extra += [(key, rows.label(child, held))
                           for column, held in self.nb.schema.holding.get(table, {}).items()
                           for child in atoms(row.get(column, [])) if child not in taken]
+            # And every other row it refers to that unet would not write there (a switch's
+            # load balancers or DNS records); those unet writes are compared as fields.
+            compared = {*self.nb.schema.holding.get(table, {}), *REF_COLUMNS.get(table, ())}
+            out.extra += [(key, f"refers to {rows.label(target, other)}")
+                          for column, other in _references(self.nb, table).items()
+                          if column not in compared
+                          for target in atoms(row.get(column, []))
+                          if target not in taken and target not in ours]
         return out
 
     def tag(self, pairs: Sequence[tuple[BackendObject, BackendObject]]) -> None:
