@@ -42,6 +42,8 @@ FIXES = {
                        "the object",
     "SHARD_SPLITS_TENANT": "run the shard with every region of the Tenant (`--region` "
                            "repeated), or the whole repo",
+    "PEERING_REGION_MISMATCH": "peer networks of one region (a network's region cannot "
+                               "change: a network in the other region, peered, instead)",
     "SHARD_REGION_UNKNOWN": "name the regions as the Tenants and NetworkManagers of "
                             "provider/ do (`--region`, repeated)",
     "SHARD_SPLITS_MANAGER": "run the shard with every region the NetworkManager serves, or "

@@ -79,10 +79,37 @@ def changed_tenants(base: Validation, head: Validation) -> frozenset[str] | None
             tenants.add(manifest.name)
         else:
             return None
-    tenants |= peers_of(tenants, base, head)
+    tenants |= peered_with(tenants, base, head)
     everyone = {m.tenant for m in (*before.values(), *after.values())
                 if m.obj.scope == "tenant" and m.tenant is not None}
     return frozenset(tenants) if everyone - tenants else None
+
+
+def peered_with(tenants: set[str], base: Validation, head: Validation) -> set[str]:
+    """The tenants whose rows a change of `tenants` can touch through peerings: their peers
+    (peers_of), and then every tenant linked to those by a chain of established peerings
+    (in either revision). One hop is not enough: the /30 of a link is derived from its pair
+    and, when a router already uses it, the next free one is taken in the order of the
+    pairs (Model.peering_links), so a pair that comes or goes can move the link of a pair
+    beside it on one of its routers (a peer's link with a third tenant), and that one the
+    next. Only established pairs have links: a request never answered moves none, so a
+    tenant that requests peerings with everyone does not put everyone in every plan."""
+    links: dict[str, set[str]] = {}
+    for validation in (base, head):
+        peered = validation.context.peered if validation.context is not None else {}
+        for (own, _vn), peers in peered.items():
+            for other, _peer_vn in peers:
+                if own is not None and other is not None:
+                    links.setdefault(own, set()).add(other)
+                    links.setdefault(other, set()).add(own)
+    out = tenants | peers_of(tenants, base, head)
+    todo = list(out)
+    while todo:
+        for other in links.get(todo.pop(), ()):
+            if other not in out:
+                out.add(other)
+                todo.append(other)
+    return out - tenants
 
 
 def peers_of(tenants: set[str], base: Validation, head: Validation) -> set[str]:

@@ -195,7 +195,8 @@ class _Recorded:
         value = _parsed(found.value)
         if value is None:
             return
-        scope = found.scope or (self._provider_network(rest) if kind != "vip" else None)
+        scope = found.scope or (self._provider_network(rest) if kind in ("ipv4", "ipv6")
+                                else None)
         if kind in ("eip", "gateway"):
             self.external.add(value)
         elif scope is not None:
@@ -210,10 +211,12 @@ class _Recorded:
         tenant, _, rest = port.partition("/")
         kind, _, rest = rest.partition("/")
         name, _, index = rest.rpartition("/")
-        workload = self.model.get(kind, tenant, name) if index.isdigit() else None
+        if not index.isdigit():  # not a workload's port (a NAT gateway's address, ...)
+            return None
+        workload = self.model.get(kind, tenant, name)
         attachments = workload.obj.spec.network_attachments if workload is not None else []
         network = attachments[int(index)].provider_network \
-            if int(index or 0) < len(attachments) else None
+            if int(index) < len(attachments) else None
         found = self.model.get("ProviderNetwork", None, network) if network else None
         return found.ref if found is not None else None
 

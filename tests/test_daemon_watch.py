@@ -42,7 +42,7 @@ from unet.reconciler.desired import (
 from unet.reconciler.engine import Reading
 from unet.reconciler.model import Model
 from unet.reconciler.objects import TAG_ALLOCATION, Held, observed_allocations
-from unet.reconciler.planner import changed_tenants, peers_of
+from unet.reconciler.planner import changed_tenants, peered_with
 from unet.reconciler.plugins import managers_of
 from unet.reconciler.validate import ParsedFiles, repo_files, validate_repo
 
@@ -456,7 +456,7 @@ def test_rendering_only_the_changed_tenants_gives_what_rendering_everything_does
     head = validate_repo(work, parsed=parsed)
     tenants = changed_tenants(base, head)
     tenant = path.split("/")[1]  # and the tenants peered with it, whose rows it moves
-    assert tenants == {tenant, *peers_of({tenant}, base, head)}
+    assert tenants == {tenant, *peered_with({tenant}, base, head)}
     composed = rerender_tenants(before, base, head, tenants)
     assert composed is not None
     everything = render_desired(head, before.held)
@@ -861,3 +861,38 @@ def test_targeted_runs_collect_young_garbage_only_and_do_not_grow(
             gc.enable()
         assert reconciler.watches is not None
         reconciler.watches.close()
+
+
+def test_a_peering_that_moves_a_third_tenants_link_renders_that_tenant(
+        tmp_path: Path) -> None:
+    """acme accepts initech's peering request with a network whose pair sorts before
+    globex's corp-mirror link and hashes into its /30, which therefore moves
+    (tests/test_plan_scope.py). Rendering acme and its peer initech again, and keeping
+    globex's rows as they were, would give initech's new end of the link and globex's
+    old one: the link broken until a full render. globex is rendered too."""
+    from .test_plan_scope import EDGE, _acme_in_region_b
+
+    work = ovn_only_repo(tmp_path / "work")
+    _acme_in_region_b(work)
+    parsed = ParsedFiles()
+    base = validate_repo(work, parsed=parsed)
+    applied = render_desired(base, {}).allocations.values
+    before = render_desired(base, {key: a.held() for key, a in applied.items()})
+    (work / f"tenants/acme/{EDGE}.yaml").write_text(
+        (work / f"tenants/acme/{EDGE}.yaml").read_text() + "---\napiVersion: network.osac.io/"
+        "v1alpha1\nkind: VirtualNetworkPeering\nmetadata:\n  name: edge-mirror\nspec:\n"
+        f"  virtualNetwork: {EDGE}\n  peer: {{tenant: initech, virtualNetwork: mirror}}\n")
+    head = validate_repo(work, parsed=parsed)
+    assert head.ok
+    everything = render_desired(head, before.held)
+    one_hop = rerender_tenants(before, base, head, frozenset({"acme", "initech"}))
+    assert one_hop is not None
+    link = "ovn:Logical_Router_Port/globex/corp/peering/initech/mirror"
+    assert {o.uid: o for o in one_hop.objects}[link] != \
+        {o.uid: o for o in everything.objects}[link]  # what one hop would have left
+    tenants = changed_tenants(base, head)
+    assert tenants is None or "globex" in tenants  # the example has three tenants: None
+    composed = rerender_tenants(before, base, head, tenants) if tenants is not None \
+        else everything
+    assert composed is not None
+    assert {o.uid: o for o in composed.objects} == {o.uid: o for o in everything.objects}

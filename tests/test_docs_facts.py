@@ -110,3 +110,15 @@ def test_the_guides_network_manager_is_valid() -> None:
     KINDS["NetworkManager"].model_validate(manifest)
     config = KubernetesConfig.model_validate(manifest["spec"]["config"])
     assert [c.context for c in config.clusters] == ["c1"]
+
+
+def test_the_provider_networks_anti_spoofing_promise_says_where_it_holds() -> None:
+    """api.md promised that a port on a provider network "sends only from its own MAC and
+    addresses". A VM on a hosting cluster attached to one (issue 30) is held to its MAC
+    only (IPAM disabled: decisions.md, "Hosting clusters"), and a provider network is
+    shared with other tenants and the provider's hosts: the promise must say so."""
+    section = API_MD[API_MD.index("### ProviderNetwork"):API_MD.index("### Tenant")]
+    promise = section.index("the port is anti-spoofed")
+    assert "hosting\ncluster is held to its MAC only" in section[promise:promise + 400]
+    decisions = (ROOT / "docs" / "decisions.md").read_text()
+    assert "a Cluster or a VM on a hosting cluster cannot attach" not in decisions

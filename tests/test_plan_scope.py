@@ -22,6 +22,7 @@ from unet.reconciler.validate import ParsedFiles, validate_repo
 
 from .conftest import EXAMPLE, copy_checkout
 from .support.gitops import commit_all, git
+from .support.trace import append_docs, manifest
 
 
 def _add_vm(repo: Path) -> None:
@@ -148,3 +149,93 @@ def test_unchanged_files_of_a_folder_are_parsed_once(repo: Path) -> None:
     parsed.forget_unused()
     third = validate_repo(repo, parsed=parsed)
     assert {id(m) for m in third.manifests} == {id(m) for m in second.manifests}
+
+
+#: acme's network whose pair with initech's mirror hashes into the /30 that links globex's
+#: corp to the mirror (block 14022 of 169.254.0.0/16), and sorts before it
+EDGE = "edge5634"
+
+
+def _acme_in_region_b(repo: Path) -> None:
+    """acme may use region-b (a provider change, in the base only), has a network there,
+    and initech has declared its side of a peering with it (pending)."""
+    tenant = repo / "provider/tenants/acme.yaml"
+    tenant.write_text(tenant.read_text().replace("regions: [region-a]",
+                                                 "regions: [region-a, region-b]"))
+    append_docs(repo, f"tenants/acme/{EDGE}.yaml", manifest(
+        "VirtualNetwork", EDGE, {"region": "region-b", "ipv4Cidr": "10.77.0.0/16"}))
+    append_docs(repo, "tenants/initech/mirror-edge.yaml", manifest(
+        "VirtualNetworkPeering", "mirror-edge", {
+            "virtualNetwork": "mirror", "peer": {"tenant": "acme", "virtualNetwork": EDGE}}))
+
+
+def _acme_accepts(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    copy_checkout(EXAMPLE, repo)
+    _acme_in_region_b(repo)
+    git(repo, "init", "-q")
+    commit_all(repo, "base")
+    git(repo, "branch", "-q", "base")
+    append_docs(repo, f"tenants/acme/{EDGE}.yaml", manifest(
+        "VirtualNetworkPeering", "edge-mirror", {
+            "virtualNetwork": EDGE, "peer": {"tenant": "initech", "virtualNetwork": "mirror"}}))
+    commit_all(repo, "acme accepts")
+    return repo
+
+
+def test_a_new_peering_is_planned_with_every_link_it_moves(tmp_path: Path) -> None:
+    """acme accepts initech's peering request: its pull request touches acme's folder, and
+    initech's rows change (its new link). The link's /30 is derived from the pair, and a
+    pair whose block one of its routers already uses takes the next free one in the order
+    of the pairs: the new pair sorts first (acme < globex) and takes the block of globex's
+    corp-mirror link, which moves to the next one. So globex's router port and route
+    change too, and the scoped plan must render globex: it showed them up to date while
+    the apply rewrote them."""
+    repo = _acme_accepts(tmp_path)
+    shared = ParsedFiles()
+    head = validate_repo(repo, "HEAD", parsed=shared)
+    base = validate_repo(repo, "base", parsed=shared)
+    assert head.ok and base.ok
+    # acme, its peer initech and initech's peer globex: every tenant of the example
+    assert changed_tenants(base, head) is None
+    whole = plan_between(validate_repo(repo, "base"), validate_repo(repo, "HEAD"), {})
+    assert _comparable(plan_between(base, head, {})) == _comparable(whole)
+
+
+@pytest.mark.xfail(strict=True, reason="a link's /30 is derived, not recorded: a new pair "
+                   "that sorts first and hashes into a link's block moves that link")
+def test_a_new_peering_moves_no_third_tenants_link(tmp_path: Path) -> None:
+    """globex changes nothing and consents to nothing new when acme and initech peer: its
+    link with initech should stay where it is (a public cloud's peering never renumbers
+    another's; here acme chose a network name that hashes into globex's block)."""
+    repo = _acme_accepts(tmp_path)
+    whole = plan_between(validate_repo(repo, "base"), validate_repo(repo, "HEAD"), {})
+    globex = sorted(r.address for r in whole.resources
+                    if r.address.split("/")[1] == "globex" and r.action != "no-op")
+    assert globex == [], globex
+
+
+def test_a_request_never_answered_widens_no_plan(tmp_path: Path) -> None:
+    """globex requests a peering with acme's network, which acme never answers: it links
+    no routers, so a change of initech (globex's peer) is planned with globex, not with
+    acme. (Following every declared side would let one tenant that requests peerings
+    with everyone put everyone in every plan.)"""
+    repo = tmp_path / "repo"
+    copy_checkout(EXAMPLE, repo)
+    _acme_in_region_b(repo)
+    (repo / "tenants/initech/mirror-edge.yaml").unlink()
+    append_docs(repo, "tenants/globex/edge.yaml", manifest(
+        "VirtualNetworkPeering", "corp-edge", {
+            "virtualNetwork": "corp", "peer": {"tenant": "acme", "virtualNetwork": EDGE}}))
+    git(repo, "init", "-q")
+    commit_all(repo, "base")
+    git(repo, "branch", "-q", "base")
+    _new_public_address(repo)
+    commit_all(repo, "initech's new address")
+    shared = ParsedFiles()
+    head = validate_repo(repo, "HEAD", parsed=shared)
+    base = validate_repo(repo, "base", parsed=shared)
+    assert head.ok and base.ok
+    assert changed_tenants(base, head) == frozenset({"globex", "initech"})
+    whole = plan_between(validate_repo(repo, "base"), validate_repo(repo, "HEAD"), {})
+    assert _comparable(plan_between(base, head, {})) == _comparable(whole)

@@ -244,3 +244,19 @@ def test_an_ipv6_subnet_reads_as_a_power_of_two_not_twenty_digits(
     assert max(len(row) for row in text.splitlines()) < 70, text
     exact = usage(tmp_path, example_copy, "--offline")[("Subnet", "acme", "db", 6)]
     assert exact["size"] == 2**64 - 2 and exact["free"] == 2**64 - 3, exact
+
+
+def test_recorded_values_of_every_kind_are_counted_without_error(example_copy: Path) -> None:
+    """A router's IPv6 gateway address (`gateway/<tenant>/<network>/ipv6`) is no workload's
+    port: it was read as one (index 'ipv6'), and every live plan stopped on it."""
+    from unet.reconciler.model import Model
+    from unet.reconciler.objects import Held
+    from unet.reconciler.usage import recorded
+    from unet.reconciler.validate import validate_repo
+
+    model = Model(validate_repo(example_copy).context)  # type: ignore[arg-type]
+    held = {"gateway/acme/prod/ipv6": Held("2001:db8::5", None),
+            "gateway/acme/prod": Held("203.0.113.20", None),
+            "ipv4/acme/ComputeInstance/web-k1/1": Held("10.99.0.5", None),
+            "ipv4/acme/ComputeInstance/nobody/0": Held("10.10.1.77", None)}
+    assert recorded(model, held)

@@ -55,6 +55,9 @@ class Context:
     # peerings both sides declare without an error (check/peering.py)
     peered: dict[tuple[str | None, str], dict[tuple[str | None, str], Manifest]] = field(
         default_factory=dict)
+    # id() of the VirtualNetworkPeerings of another tenant's network that the other tenant
+    # has not answered (no side of its own): requests, which constrain nothing of its own
+    requested: set[int] = field(default_factory=set)
     invalid: set[int] = field(default_factory=set)  # id() of manifests that failed a check
     # Identities of manifests that failed their YAML, the schema or their placement: declared,
     # so nothing that names one says it is missing; not usable, so nothing is derived from it.

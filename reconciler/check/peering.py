@@ -28,6 +28,11 @@ def check_peerings(ctx: Context) -> None:
     declared: dict[tuple[Side, Side], Manifest] = {}
     written = {(own_side(p), peer_of(p)) for p in ctx.kind("VirtualNetworkPeering")}
     for peering in ctx.kind("VirtualNetworkPeering"):
+        own, peer = own_side(peering), peer_of(peering)
+        if peer[0] != own[0] and (peer, own) not in written and \
+                not ctx.declares_invalid("VirtualNetworkPeering", peer[0]):
+            ctx.requested.add(id(peering))
+    for peering in ctx.kind("VirtualNetworkPeering"):
         pair = (own_side(peering), peer_of(peering))
         if _check_one(ctx, peering, declared.get(pair)) and \
                 _check_other_peers(ctx, peering, declared):
@@ -69,6 +74,9 @@ def _check_one(ctx: Context, peering: Manifest, earlier: Manifest | None) -> boo
     own = ctx.lookup(peering, ("spec", "virtualNetwork"), "VirtualNetwork",
                      spec.virtual_network, peering.tenant)
     tenant, name = peer_of(peering)
+    if id(peering) in ctx.requested and not ctx.declared("Tenant", None, str(tenant)):
+        _pending(ctx, peering, (tenant, name), missing="Tenant")
+        return False
     if tenant != peering.tenant and ctx.lookup(
             peering, ("spec", "peer", "tenant"), "Tenant", str(tenant)) is None:
         return False
@@ -82,6 +90,9 @@ def _check_one(ctx: Context, peering: Manifest, earlier: Manifest | None) -> boo
                    f"VirtualNetwork '{spec.virtual_network}' is already peered with "
                    f"{tenant}/{name} by VirtualNetworkPeering '{earlier.name}'",
                    "remove one of them")
+        return False
+    if id(peering) in ctx.requested and not ctx.declared("VirtualNetwork", tenant, name):
+        _pending(ctx, peering, (tenant, name), missing="VirtualNetwork")
         return False
     peer = ctx.lookup(peering, ("spec", "peer", "virtualNetwork"), "VirtualNetwork", name,
                       tenant)
@@ -152,9 +163,23 @@ def _has_invalid_peering(ctx: Context, tenant: str | None) -> bool:
         id(p) in ctx.invalid for p in ctx.kind("VirtualNetworkPeering") if p.tenant == tenant)
 
 
-def _pending(ctx: Context, peering: Manifest, peer: Side) -> None:
+def _pending(ctx: Context, peering: Manifest, peer: Side, missing: str | None = None
+             ) -> None:
+    """A warning: the other side is not declared. `missing` (a kind): nor is the peer
+    network or its tenant, which never answered (removed, or misspelt here). A request
+    that names it must not keep its tenant from removing its own network, nor the provider
+    from removing the tenant: the requester's folder is not theirs to edit."""
     tenant, name = peer
     own = own_side(peering)
+    if missing is not None:  # no close name: another tenant's names are not this one's
+        what = f"there is no tenant {tenant}" if missing == "Tenant" else \
+            f"tenant {tenant} declares no VirtualNetwork '{name}', nor the other side"
+        ctx.report("PEERING_PENDING", peering, ("spec", "peer", "tenant")
+                   if missing == "Tenant" else ("spec", "peer", "virtualNetwork"),
+                   f"peering pending: {what}; nothing is routed",
+                   f"check the name; remove this peering if the "
+                   f"{'tenant' if missing == 'Tenant' else 'network'} is gone")
+        return
     ctx.report("PEERING_PENDING", peering, ("spec", "peer"),
                f"peering pending: tenant {tenant} has not declared the other side; "
                "nothing is routed between "

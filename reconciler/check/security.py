@@ -93,8 +93,9 @@ def _check_peer_group(ctx: Context, group: Manifest, path: Path_, peering_name: 
                    f"name a peering of VirtualNetwork '{vn}'")
         return False
     tenant, peer_vn = peer_of(peering)
-    if not ctx.declared("VirtualNetwork", tenant, peer_vn) or name == DEFAULT_GROUP:
-        return True
+    if id(peering) in ctx.requested or not ctx.declared("VirtualNetwork", tenant, peer_vn) \
+            or name == DEFAULT_GROUP:
+        return True  # a request the other tenant never answered: the rule admits nothing
     found = ctx.get("SecurityGroup", tenant, name)
     if found is None:
         return ctx.lookup(group, (*path, "securityGroup"), "SecurityGroup", name,
