@@ -66,6 +66,9 @@ def test_the_readmes_next_step_after_the_demo_shows_what_it_says(example_copy: P
     demo never applied)."""
     demo = _demo_commands()
     assert [argv[0] for argv in demo] == ["validate", "apply", "plan", "show", "show"]
+    said = (ROOT / "README.md").read_text().split("make demo", 1)[1].split("make test", 1)[0]
+    assert all(f"unet show {argv[1]}" in said for argv in demo if argv[0] == "show"), \
+        "the README's make demo says what it runs"
     for argv in demo:
         argv = [str(example_copy) if a == "examples/network-repo" else a for a in argv]
         done = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *argv],
