@@ -158,9 +158,11 @@ def _same_fabric(ctx: Context, peering: Manifest, own: Manifest, peer: Manifest,
 
 def _has_invalid_peering(ctx: Context, tenant: str | None) -> bool:
     """Whether the tenant declares a peering with an error: it may be the other side, and
-    its error is reported already."""
+    its error is reported already. Not one with a warning alone (`ctx.invalid` has those
+    too): a pending peering of the tenant's, said first, silenced every later one."""
     return ctx.declares_invalid("VirtualNetworkPeering", tenant) or any(
-        id(p) in ctx.invalid for p in ctx.kind("VirtualNetworkPeering") if p.tenant == tenant)
+        id(p) in ctx.rejected_fields for p in ctx.kind("VirtualNetworkPeering")
+        if p.tenant == tenant)
 
 
 def _pending(ctx: Context, peering: Manifest, peer: Side, missing: str | None = None
