@@ -166,12 +166,33 @@ def test_the_mutants_cover_every_manifest_and_every_kind_with_addresses() -> Non
         REFERENCES
 
 
+def _peer_lines() -> set[tuple[str, int]]:
+    """(file, 1-based line) of each VirtualNetworkPeering's `peer` in the example."""
+    out = set()
+    for file in _files():
+        for document in _documents((EXAMPLE / file).read_text()):
+            if _name_of(document).startswith("VirtualNetworkPeering/"):
+                spec = next(v for k, v in document.value if k.value == "spec")
+                out.add((file, next(v.start_mark.line + 1 for k, v in spec.value
+                                    if k.value == "peer")))
+    return out
+
+
+#: A misspelt peer is a request that waits (docs/api.md): another tenant's network or the
+#: tenant itself may be gone, and its removal is not the requester's to block.
+PEER_LINES = _peer_lines()
+
+
 @pytest.mark.parametrize("mutant", SHAPE + ADDRESSES + REFERENCES_MISSPELT,
                          ids=lambda m: m.name)
 def test_one_mistake_in_the_example_is_one_error_where_it_is(mutant: Mutant,
                                                              example_copy: Path) -> None:
     (example_copy / mutant.file).write_text(mutant.text)
     errors, warnings = _errors(example_copy)
+    if (mutant.file, mutant.line) in PEER_LINES and mutant in REFERENCES_MISSPELT:
+        assert errors == [] and [(w.code, w.file, w.line) for w in warnings] == [
+            ("PEERING_PENDING", mutant.file, mutant.line)], _show(errors + warnings)
+        return
     assert len(errors) == 1 and warnings == [], _show(errors + warnings)
     assert (errors[0].file, errors[0].line) == (mutant.file, mutant.line), _show(errors)
 

@@ -37,10 +37,14 @@ def check_peerings(ctx: Context) -> None:
         if _check_one(ctx, peering, declared.get(pair)) and \
                 _check_other_peers(ctx, peering, declared):
             declared.setdefault(pair, peering)
+    # Which tenants declare a peering with a problem, before the pending ones below are said:
+    # a PEERING_PENDING said here marks its peering too, and silenced every later pending
+    # peering towards the same tenant (a tenant's own two networks, say).
+    troubled = {peer[0]: _has_invalid_peering(ctx, peer[0]) for (_own, peer) in declared}
     for (own, peer), peering in declared.items():
         reverse = declared.get((peer, own))
         if reverse is None:
-            if (peer, own) not in written and not _has_invalid_peering(ctx, peer[0]):
+            if (peer, own) not in written and not troubled[peer[0]]:
                 _pending(ctx, peering, peer)
             continue
         if id(peering) not in ctx.invalid and id(reverse) not in ctx.invalid:
@@ -158,11 +162,9 @@ def _same_fabric(ctx: Context, peering: Manifest, own: Manifest, peer: Manifest,
 
 def _has_invalid_peering(ctx: Context, tenant: str | None) -> bool:
     """Whether the tenant declares a peering with an error: it may be the other side, and
-    its error is reported already. Not one with a warning alone (`ctx.invalid` has those
-    too): a pending peering of the tenant's, said first, silenced every later one."""
+    its error is reported already."""
     return ctx.declares_invalid("VirtualNetworkPeering", tenant) or any(
-        id(p) in ctx.rejected_fields for p in ctx.kind("VirtualNetworkPeering")
-        if p.tenant == tenant)
+        id(p) in ctx.invalid for p in ctx.kind("VirtualNetworkPeering") if p.tenant == tenant)
 
 
 def _pending(ctx: Context, peering: Manifest, peer: Side, missing: str | None = None
