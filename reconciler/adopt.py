@@ -119,7 +119,20 @@ def adopt_networks(repo: Path, head: Validation, manager: str, tenant: str,
         report = _adopt(run, head, manager, chosen) if apply else \
             _import(run, repo, manager, chosen, networks)
         report.refused = _refusals(adopter, networks, report)
+        _say_why_held(report, networks)
     return report
+
+
+def _say_why_held(report: Report, networks: list[ImportedNetwork]) -> None:
+    """A row that a network's row holds and that inference refused (a port with dynamic
+    addresses, say): its reason beside the network's, where the operator reads."""
+    why = {r.row: r.reason for n in networks for r in n.refused}
+    tail = ", which the manifests do not describe"
+    for network in report.networks:
+        network.reasons = [
+            f"{reason} ({why[held]})" if reason.endswith(tail)
+            and (held := reason[:-len(tail)].rpartition(" holds ")[2]) in why else reason
+            for reason in network.reasons]
 
 
 def _distinct(networks: list[ImportedNetwork]) -> list[ImportedNetwork]:
@@ -288,8 +301,9 @@ def _verify(run: _Run, validation: Validation, names: set[str]) -> _Verdict:
         reasons.setdefault(unit, []).extend(_differences(obj, have, describe(have)))
     owners = {o.key: unit_of[o.owner] for o in mine}
     for parent, child in adoption.extra:
+        verb = "" if child.startswith("refers to ") else "holds "  # a reference, not a child
         reasons.setdefault(owners[parent], []).append(
-            f"{describe(adoption.objects[parent])} holds {child}, which the manifests do not "
+            f"{describe(adoption.objects[parent])} {verb}{child}, which the manifests do not "
             "describe")
     return _Verdict({u: r for u, r in reasons.items() if r}, pairs, adoption)
 
@@ -307,15 +321,35 @@ def _created(obj: BackendObject, wanted: list[BackendObject], here: bool,
 
 def _differences(want: BackendObject, have: BackendObject, shown: str) -> list[str]:
     """What adopting `have` as `want` would change besides unet's tags, in words."""
-    out = [f"{shown}: {column} is {have.fields.get(column)!r}, the manifests give {value!r}"
+    out = [_difference(shown, column, have.fields.get(column), value)
            for column, value in want.fields.items() if have.fields.get(column) != value]
-    columns = sorted(set(have.refs) | set(want.refs))
-    out += [f"{shown}: {column} refers to {list(have.refs.get(column, ()))}, the manifests "
-            f"give {list(want.refs.get(column, ()))}" for column in columns
-            if tuple(have.refs.get(column, ())) != tuple(want.refs.get(column, ()))]
+    for column in sorted(set(have.refs) | set(want.refs)):
+        here, wanted = have.refs.get(column, ()), want.refs.get(column, ())
+        if tuple(here) == tuple(wanted):
+            continue
+        # What differs, not both lists: a network's group of fifty ports lacking one.
+        lacks = [key for key in wanted if key not in here]
+        extra = [key for key in here if key not in wanted]
+        parts = ([f"lacks {', '.join(lacks)}"] if lacks else []) + \
+            ([f"also refers to {', '.join(extra)}, which the manifests do not"]
+             if extra else [])
+        out.append(f"{shown}: {column} {'; '.join(parts)}" if parts else
+                   f"{shown}: {column} refers to {list(here)}, the manifests give "
+                   f"{list(wanted)}")
     if have.parent != want.parent:
         out.append(f"{shown}: is in {have.parent}, the manifests put it in {want.parent}")
     return out
+
+
+def _difference(shown: str, column: str, have: Any, want: Any) -> str:
+    """One column that differs; of a map (DHCP options, other_config), only the keys that
+    differ, so that the one key to set is not lost among those that agree."""
+    if isinstance(have, dict) and isinstance(want, dict):
+        keys = sorted(k for k in {*have, *want} if have.get(k) != want.get(k))
+        return (f"{shown}: {column} differ in {', '.join(keys)}: "
+                f"{ {k: have[k] for k in keys if k in have}!r} here, the manifests give "
+                f"{ {k: want[k] for k in keys if k in want}!r}")
+    return f"{shown}: {column} is {have!r}, the manifests give {want!r}"
 
 
 def _shown(run: _Run, pairs: Pairs) -> list[str]:

@@ -687,7 +687,12 @@ def import_rows(args: argparse.Namespace) -> int:
         for refusal in report.refused:
             print(f"  - {refusal.row}: {refusal.reason}")
     adopted = [n for n in report.networks if n.adopted]
-    if not adopted:
+    refused = len(report.networks) - len(adopted)
+    if not adopted and refused:
+        print(f"nothing to adopt: {refused} network{'s' if refused > 1 else ''} not adopted "
+              "(why is above; \"What is refused\" in docs/import.md says what each reason "
+              "asks)")
+    elif not adopted:
         print("nothing to adopt")
     elif not report.applied:
         print(f"next: review and merge {', '.join(n.file for n in adopted)}, then run "

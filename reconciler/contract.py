@@ -239,7 +239,8 @@ class ImportedNetwork:
 class Adoption:
     """Rendered objects paired with objects no installation owns: each found one as it is
     now (under the rendered key), the backend's id of it, and the objects a found one holds
-    that nothing rendered ((key of the holder, how people know the held one))."""
+    that nothing rendered ((key of the holder, how people know the held one); one it only
+    refers to, as a switch its load balancers, is told as `refers to <how people know it>`)."""
 
     objects: dict[str, BackendObject]
     ids: dict[str, str]

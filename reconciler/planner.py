@@ -219,7 +219,8 @@ def plan_live(head: Validation, managers: dict[str, Manager],
                     for r in resources if r.fields and r.address in head_manifests]
     diagnostics += _safety(changes, desired, observed, {}, head_manifests)
     diagnostics += _unobserved(observations, desired.model)
-    diagnostics += _conflicts(observations, changes)
+    diagnostics += _conflicts(observations, changes,
+                              {name for name, found in managers.items() if found.adopts})
     diagnostics += _allocation_problems(desired)
     diagnostics += _unrecorded(desired.model, desired.held, managers)
     diagnostics += _live_warnings(head, desired)
@@ -385,16 +386,21 @@ def _unobserved(observations: Mapping[str, Observation], model: Model) -> list[D
     return out
 
 
-def _conflicts(observations: Mapping[str, Observation],
-               changes: list[Change]) -> list[Diagnostic]:
+def _conflicts(observations: Mapping[str, Observation], changes: list[Change],
+               adopting: set[str]) -> list[Diagnostic]:
+    """Objects to create whose names others hold; `adopting`: the managers whose rows
+    `unet import` can adopt (between merging imported manifests and `--apply`, the plan
+    meets the very rows to adopt: removing them is the wrong advice)."""
     creates = [c.after for c in changes if c.after is not None
                and Action.CREATE in c.action.steps]
     out = []
     for name in sorted(observations):
+        adopt = " or adopt it (unet import --apply, docs/import.md)" \
+            if name in adopting else ""
         for message in observations[name].conflicts(creates):
             out.append(Diagnostic("NAME_CONFLICT", message,
-                                  hint="rename or remove the other object; unet never "
-                                       "overwrites what it does not own"))
+                                  hint=f"rename the manifest, or remove the other object{adopt};"
+                                       " unet never overwrites what it does not own"))
     return out
 
 

@@ -27,8 +27,9 @@ from .schema import Manifest
 
 FORMAT_VERSION = "1.0"
 READY, PENDING, FAILED = "Ready", "Pending", "Failed"
-#: Warnings that leave a manifest pending: what they say it waits for.
-PENDING_CODES = frozenset({"TARGET_PENDING"})
+#: Warnings that leave a manifest pending: what they say it waits for (a target, the
+#: other side of a peering: nothing is routed until it is declared).
+PENDING_CODES = frozenset({"TARGET_PENDING", "PEERING_PENDING"})
 #: A tenant's resource as messages name it, `Kind/tenant/name` (allocate.holder_of) or
 #: `Kind tenant/name` (guardrails), not inside a longer path such as a backend object's
 #: `Logical_Switch_Port/acme/...`.

@@ -17,6 +17,7 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import math
 import socket
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -99,11 +100,15 @@ def spaces(model: Model, tenant: str | None = None) -> list[Space]:
     """Every space of the revision, in a fixed order; with `tenant`, those it draws from:
     its subnets, the provider networks shared with it, the pools it may use and the
     segment ranges of its networks' classes."""
+    # A pool of a region the tenant lacks is none of its (REGION_NOT_ALLOWED), open or not.
+    regions = {region for found in model.kind("Tenant") if found.name == tenant
+               for region in found.obj.spec.regions}
     pools = [Space(("ExternalIPPool", None, pool.name, None), _capacity(space), pool)
              for pool in model.kind("ExternalIPPool")
              if (space := model.pool_space(pool.name)) is not None
-             and (tenant is None or not pool.obj.spec.tenants
-                  or tenant in pool.obj.spec.tenants)]
+             and (tenant is None or ((not pool.obj.spec.tenants
+                                      or tenant in pool.obj.spec.tenants)
+                                     and pool.obj.spec.region in regions))]
     segments = [*model.kind("Subnet"), *model.kind("ProviderNetwork")]
     subnets = [part for segment in segments if tenant is None or segment.tenant == tenant
                or (segment.kind == "ProviderNetwork" and tenant in segment.obj.spec.tenants)
@@ -371,11 +376,17 @@ def to_json(usages: Iterable[Usage], installation: str, source: str) -> dict[str
             "spaces": [usage.to_json() for usage in usages]}
 
 
+def _count(value: int) -> str:
+    """A count for people: an IPv6 subnet's 2^64 addresses (less a few) as `~2^64`, not
+    twenty digits that push every other column aside (the JSON keeps them exact)."""
+    return f"~2^{round(math.log2(value))}" if value >= 2**32 else str(value)
+
+
 def render_text(usages: list[Usage]) -> str:
     rows = [("SPACE", "SIZE", "USED", "FREE", "USE%")]
     for usage in usages:
-        rows.append((usage.space.label, str(usage.space.size), str(usage.used),
-                     str(usage.free), f"{usage.shown_percent}%" + (
+        rows.append((usage.space.label, _count(usage.space.size), _count(usage.used),
+                     _count(usage.free), f"{usage.shown_percent}%" + (
                          "  nearly full" if usage.nearly_full and usage.used else "")))
     widths = [max(len(row[column]) for row in rows) for column in range(4)]
     return "".join(f"{row[0]:{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  "

@@ -189,7 +189,25 @@ def _unreachable_cluster(tmp: Path) -> Path:
     return repo
 
 
+def _hand_built(tmp: Path) -> Path:
+    """docs/import.md's refused network: in the example's embedded Northbound, a router,
+    a switch and two ports built with ovn-nbctl as an operator would, without unet's
+    filtering (no port groups, no port security). Commands run in the repo."""
+    repo = _example(tmp)
+    commands = ["lr-add shop", "ls-add shop-web",
+                "lrp-add shop shop-gw 0a:00:00:00:07:01 10.77.1.1/24",
+                "lsp-add shop-web shop-web-rtr", "lsp-set-type shop-web-rtr router",
+                "lsp-set-addresses shop-web-rtr router",
+                "lsp-set-options shop-web-rtr router-port=shop-gw",
+                "lsp-add shop-web www1", "lsp-set-addresses www1 '0a:00:00:00:07:0a 10.77.1.10'",
+                "lsp-add shop-web www2", "lsp-set-addresses www2 '0a:00:00:00:07:0b 10.77.1.11'"]
+    built = Shell.make(tmp, repo).run("unet nb -- " + " -- ".join(commands))
+    assert built.returncode == 0, built.stdout
+    return repo
+
+
 SCENES: dict[str, Callable[[Path], Path]] = {
+    "hand-built": _hand_built,
     "example": _example,
     "four-mistakes": _four_mistakes,
     "pull-request": _pull_request,

@@ -24,6 +24,10 @@ def test_example_is_valid_with_its_two_standing_warnings() -> None:
                                                           "TARGET_PENDING"]
     kinds = {m.kind for m in result.manifests}
     assert kinds == set(KINDS), "the example uses every kind"
+    # Its README tells a newcomer what validate says: both warnings, by code.
+    readme = " ".join((EXAMPLE / "README.md").read_text().split())
+    assert "exits 0 with two warnings" in readme
+    assert all(f"`{d.code}`" in readme for d in result.diagnostics)
 
 
 def test_cli_exit_code_and_json(capsys) -> None:
@@ -62,6 +66,9 @@ def test_the_readmes_next_step_after_the_demo_shows_what_it_says(example_copy: P
     demo never applied)."""
     demo = _demo_commands()
     assert [argv[0] for argv in demo] == ["validate", "apply", "plan", "show", "show"]
+    said = (ROOT / "README.md").read_text().split("make demo", 1)[1].split("make test", 1)[0]
+    assert all(f"unet show {argv[1]}" in said for argv in demo if argv[0] == "show"), \
+        "the README's make demo says what it runs"
     for argv in demo:
         argv = [str(example_copy) if a == "examples/network-repo" else a for a in argv]
         done = subprocess.run([sys.executable, "-m", "unet.reconciler.cli", *argv],
@@ -73,3 +80,23 @@ def test_the_readmes_next_step_after_the_demo_shows_what_it_says(example_copy: P
                           cwd=example_copy, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "No changes" in done.stdout and "0 to create" in done.stdout, done.stdout
+
+
+def test_a_tenants_comment_of_what_it_uses_counts_its_manifests() -> None:
+    """acme's quotas say what it "currently uses": a reader sizes the quotas by it, so it
+    counts what tenants/acme/ declares (web-k1 once went uncounted)."""
+    import yaml
+
+    for tenant_file in sorted((EXAMPLE / "provider" / "tenants").glob("*.yaml")):
+        said = re.search(r"currently uses (.*?)\)", " ".join(
+            line.strip(" #") for line in tenant_file.read_text().splitlines()))
+        if said is None:
+            continue
+        claimed = {kind if not kind.endswith("s") or kind in KINDS else kind[:-1]: int(n)
+                   for n, kind in re.findall(r"(\d+) (\w+)", said.group(1))}
+        counted: dict[str, int] = {}
+        for path in (EXAMPLE / "tenants" / tenant_file.stem).rglob("*.yaml"):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc:
+                    counted[doc["kind"]] = counted.get(doc["kind"], 0) + 1
+        assert claimed == {kind: counted.get(kind, 0) for kind in claimed}, tenant_file.name

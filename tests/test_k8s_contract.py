@@ -506,6 +506,7 @@ def test_contract_name_conflict_is_never_overwritten(env: Env) -> None:
     assert ("IPAddressPool metallb-system/unet.acme.db on cluster hosting-a2 (for "
             "Subnet/acme/db) already exists and is managed by unet installation 'staging'"
             ) in out
+    assert "unet import" not in out, "the kubernetes manager adopts nothing: not the advice"
     code, _, err = env.apply()
     assert code == 1 and "nothing was applied" in err
     assert a1.get(CUDNS, "unet.acme.web")["spec"] == theirs["spec"]

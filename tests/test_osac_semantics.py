@@ -11,6 +11,7 @@ from unet.reconciler.desired import render_desired
 from unet.reconciler.diff import Action
 from unet.reconciler.planner import plan_between
 
+from .conftest import ROOT
 from .test_plan_props import EXAMPLE_FILES, Files, validate_memory
 
 API = "network.osac.io/v1alpha1"
@@ -89,6 +90,18 @@ def test_attachments_are_immutable_and_security_groups_are_not() -> None:
                      "Logical_Switch_Port/acme/ComputeInstance/web-1/1": Action.CREATE}
     assert any(d.code == "IMMUTABLE_CHANGED" and "ComputeInstance/acme/web-1" in d.message
                for d in plan.diagnostics)
+    # Removing a secondary NIC recreates the primary one too, as docs/api.md says (it
+    # said only "the ports whose subnet changes" were).
+    files = copy.deepcopy(EXAMPLE_FILES)
+    app1 = _docs(files, "tenants/globex/compute.yaml", "ComputeInstance", "app-1")
+    del app1["spec"]["networkAttachments"][1]
+    ports = {c.obj.key: c.action for c in _plan(files).changes
+             if c.obj.table == "Logical_Switch_Port" and "/app-1/" in c.obj.key}
+    assert ports == {"Logical_Switch_Port/globex/ComputeInstance/app-1/0": Action.REPLACE,
+                     "Logical_Switch_Port/globex/ComputeInstance/app-1/1": Action.DELETE}
+    api = " ".join((ROOT / "docs" / "api.md").read_text().split())
+    assert "or changing one's subnet or fixed address (or MAC), replaces every port of the " \
+        "workload" in api
 
     files = copy.deepcopy(EXAMPLE_FILES)
     web1 = _docs(files, "tenants/acme/compute.yaml", "ComputeInstance", "web-1")

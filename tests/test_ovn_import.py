@@ -201,6 +201,8 @@ def test_a_network_built_by_hand_is_adopted_in_place_and_traffic_is_unchanged(
     early = plan(repo, repo)
     assert early.returncode == 1 and "already exists and is not managed by this " \
         "installation" in early.stdout + early.stderr, early.stdout + early.stderr
+    # Its hint names the step that is missing, not only renaming or removing the rows.
+    assert "or adopt it (unet import --apply, docs/import.md)" in early.stdout, early.stdout
 
     adopted = _import(repo, "--apply")
     assert adopted["applied"] and [n["name"] for n in adopted["networks"]
@@ -251,6 +253,78 @@ def test_what_the_api_cannot_express_is_refused_row_by_row_and_left_alone(
     owned = lab.nbctl("--bare", "--columns=name", "find", "Logical_Switch",
                       "external_ids:unet\\:installation=example").split()
     assert "flat-net" not in owned and "scratch" not in owned
+
+
+def test_what_a_switch_or_router_holds_besides_unets_rows_refuses_the_network(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    """How operators filter without port groups: ACLs on the switch itself. Adopted, they
+    would stay inside unet's switch, deciding what passes where no manifest (and no plan,
+    exposure or reach) says it; a router's policies and NAT rules the same."""
+    lab, repo = hand_built
+    assert {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]["adopted"]
+    rows_before = _rows(lab)  # the manifests are written; then the rows change
+    lab.nbctl("acl-add", "db-net", "to-lport", "900", 'outport == "db1" && ip4', "drop")
+    lab.nbctl("lr-policy-add", "prod-router", "100", "ip4.src == 10.60.1.0/24", "drop")
+    lab.nbctl("lr-nat-add", "prod-router", "snat", "203.0.113.99", "10.60.0.0/22")
+    lab.nbctl("lb-add", "lb-web", "10.60.1.100:80", "10.60.1.10:80", "tcp", "--",
+              "ls-lb-add", "web-net", "lb-web")  # a VIP on the switch: traffic no one says
+    for step in ((), ("--apply",)):  # what import says, --apply holds against the rows
+        network = {n["name"]: n for n in _import(repo, *step)["networks"]}["prod-router"]
+        assert not network["adopted"]
+        reasons = "\n".join(network["reasons"])
+        assert "Logical_Switch db-net holds ACL to-lport 900 drop `outport == \"db1\" && " \
+            "ip4`, which the manifests do not describe" in reasons, reasons
+        assert "Logical_Router prod-router holds Logical_Router_Policy " in reasons, reasons
+        # A NAT rule is named by what it does, not by its UUID alone.
+        assert "(snat 203.0.113.99 ↔ 10.60.0.0/22), which the manifests" in reasons, reasons
+        assert "Logical_Switch web-net refers to Load_Balancer lb-web, which the manifests " \
+            "do not describe" in reasons, reasons
+    assert "example" not in lab.nbctl("--bare", "--columns=external_ids", "list",
+                                      "Logical_Switch", "db-net")
+    assert _rows(lab)["Logical_Switch_Port"] == rows_before["Logical_Switch_Port"]
+
+
+def test_a_port_inference_refused_says_why_beside_its_network(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    """A port with OVN's dynamic addressing gives no ComputeInstance: the network's reason
+    (its switch holds a port no manifest describes) says why, not only a line among the
+    rows left as they are."""
+    lab, repo = hand_built
+    lab.nbctl("set", "Logical_Switch", "web-net", "other_config:subnet=10.60.1.0/24",
+              "--", "lsp-add", "web-net", "web3", "--", "lsp-set-addresses", "web3",
+              "0a:00:00:00:02:03 dynamic")
+    network = {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]
+    chosen = lab.nbctl("get", "Logical_Switch_Port", "web3", "dynamic_addresses").strip()
+    # Given fixed addresses, the port is read: what it lacks is named, not two lists.
+    lab.nbctl("lsp-set-addresses", "web3", chosen.strip('"'), "--", "lsp-set-port-security",
+              "web3", chosen.strip('"'), "--", "remove", "Logical_Switch", "web-net",
+              "other_config", "subnet")
+    fixed = {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]["reasons"]
+    assert f"Port_Group {PG}: ports lacks Logical_Switch_Port/legacy/ComputeInstance/web3/0" \
+        in fixed, fixed
+    lab.nbctl("lsp-set-addresses", "web3", "0a:00:00:00:02:03 dynamic", "--", "set",
+              "Logical_Switch", "web-net", "other_config:subnet=10.60.1.0/24")
+    assert chosen.startswith('"0a:00:00:00:02:03 10.60.1.'), chosen
+    assert "Logical_Switch web-net holds Logical_Switch_Port web3, which the manifests do " \
+        "not describe (addresses ['0a:00:00:00:02:03 dynamic']: OVN chooses them (dynamic), " \
+        "unet keeps fixed ones: set those it chose, `ovn-nbctl lsp-set-addresses web3 " \
+        f"'{chosen.strip(chr(34))}'`, and import again)" in network["reasons"], \
+        network["reasons"]
+
+
+def test_dhcp_options_that_differ_are_named_by_the_keys_that_differ(
+        hand_built: tuple[OvnLab, Path]) -> None:
+    """DHCP options set by hand without an `mtu` (unet always writes one): the refusal
+    names that key, not two six-key maps for the operator to compare."""
+    lab, repo = hand_built
+    dhcp = lab.nbctl("--bare", "--columns=_uuid", "find", "DHCP_Options",
+                     "cidr=10.60.1.0/24").strip()
+    lab.nbctl("dhcp-options-set-options", dhcp, "server_id=10.60.1.1",
+              f"server_mac={GW_WEB[1]}", "lease_time=43200", "router=10.60.1.1")
+    network = {n["name"]: n for n in _import(repo)["networks"]}["prod-router"]
+    [reason] = [r for r in network["reasons"] if r.startswith("DHCP_Options 10.60.1.0/24")]
+    assert reason.endswith(": options differ in mtu: {} here, the manifests give "
+                           "{'mtu': '1500'}"), reason
 
 
 def test_import_names_what_is_wrong_with_its_arguments_and_reads_nothing(

@@ -313,6 +313,24 @@ def test_one_side_alone_is_pending_and_routes_nothing(tmp_path: Path) -> None:
     assert not ask(reach, "globex/app-1", "initech/artifact-mirror-1", "tcp/443").allowed
 
 
+def test_every_pending_peering_says_so_not_only_the_first_of_a_tenant(
+        tmp_path: Path) -> None:
+    """With globex's side gone, initech's request to it is pending; a second peering of
+    initech's, between two of its own networks and one-sided, is pending too and must say
+    so (a warning of the first made every later one of the tenant silent)."""
+    repo = _repo(tmp_path, drop="tenants/globex/peering.yaml", extra={
+        "tenants/initech/mirror.yaml": [  # after the first: they were read in this order
+            manifest("VirtualNetwork", "lab2", {"region": "region-b",
+                                                "ipv4Cidr": "192.168.200.0/24"}),
+            manifest("VirtualNetworkPeering", "lab2-mirror", {
+                "virtualNetwork": "lab2", "peer": {"virtualNetwork": "mirror"}})]})
+    pending = sorted((d.file, d.message) for d in validate_repo(repo).diagnostics
+                     if d.code == "PEERING_PENDING")
+    assert len(pending) == 2, pending
+    assert any("between initech/lab2 and initech/mirror" in message
+               for _file, message in pending), pending
+
+
 def test_overlapping_networks_cannot_peer(tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     mirror = repo / "tenants/initech/mirror.yaml"

@@ -111,6 +111,20 @@ def test_a_changed_manifest_is_pending_and_one_the_plan_cannot_realise_failed(
     assert document["Subnet/globex/app"]["condition"]["type"] == "Ready"
 
 
+def test_a_peering_whose_other_side_is_not_declared_is_pending_not_ready(
+        lab: OvnLab, repo: Path, tmp_path: Path) -> None:
+    """Until the peer's owners declare their side, nothing is routed (PEERING_PENDING):
+    the tenant's status says so, as for an attachment waiting for its target, not Ready."""
+    (repo / "tenants" / "globex" / "peering.yaml").unlink()
+    assert apply(tmp_path, repo).returncode == 0
+    document = by_ref(status(tmp_path, repo, "--tenant", "initech"))
+    condition = document["VirtualNetworkPeering/initech/mirror-globex"]["condition"]
+    assert condition["type"] == "Pending" and condition["reason"] == "PEERING_PENDING", \
+        condition
+    assert "nothing is routed" in condition["message"]
+    assert document["VirtualNetwork/initech/mirror"]["condition"]["type"] == "Ready"
+
+
 def test_a_tenant_claiming_an_address_another_tenant_holds_learns_not_whose_it_is(
         lab: OvnLab, repo: Path, tmp_path: Path) -> None:
     """A fixed ExternalIP address in a shared pool that acme was allocated: initech's

@@ -91,6 +91,10 @@ def test_a_tenant_sees_its_subnets_and_the_shared_spaces_it_draws_from(
     globex = usage(tmp_path, example_copy, "--offline", "--tenant", "globex")
     storage = globex[("ProviderNetwork", None, "storage-b", 4)]  # db-metal's storage NIC
     assert storage["used"] == 1 and storage["size"] == 100, storage
+    # globex has region-b alone: region-a's pool, open to all tenants, is none of its
+    # (an ExternalIP of it would be REGION_NOT_ALLOWED).
+    assert ("ExternalIPPool", None, "public-a", None) not in globex, "another region's pool"
+    assert ("ExternalIPPool", None, "public-b", None) in globex
     missing = unet(tmp_path, "show", "usage", str(example_copy), "--offline", "--tenant",
                    "nobody")
     assert missing.returncode == 1 and "no Tenant named 'nobody'" in missing.stderr
@@ -228,6 +232,18 @@ def test_a_space_with_room_left_is_never_shown_full() -> None:
 
     assert [shown(249, 250), shown(250, 250), shown(1, 1000), shown(0, 0)] == \
         ["99", "100", "0", "100"]
+
+
+def test_an_ipv6_subnet_reads_as_a_power_of_two_not_twenty_digits(
+        tmp_path: Path, example_copy: Path) -> None:
+    """The demo's table: a /64 holds 2^64 addresses less a few; twenty digits in its size
+    and free columns pushed every other figure off to the right. JSON keeps them exact."""
+    text = unet(tmp_path, "show", "usage", str(example_copy), "--offline").stdout
+    line = next(row for row in text.splitlines() if row.startswith("Subnet acme/db IPv6"))
+    assert line.split() == ["Subnet", "acme/db", "IPv6", "~2^64", "1", "~2^64", "0%"], line
+    assert max(len(row) for row in text.splitlines()) < 70, text
+    exact = usage(tmp_path, example_copy, "--offline")[("Subnet", "acme", "db", 6)]
+    assert exact["size"] == 2**64 - 2 and exact["free"] == 2**64 - 3, exact
 
 
 def test_recorded_values_of_every_kind_are_counted_without_error(example_copy: Path) -> None:

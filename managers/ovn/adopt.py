@@ -40,9 +40,10 @@ from unet.managers.sdk import (
 )
 
 from .codec import Row, atoms, compact_row, tag, to_object, uuid_of
+from .codec import label as row_label
 from .northbound import Northbound
 from .render import ident
-from .schema import MANAGED_COLUMNS, PARENT_COLUMNS
+from .schema import MANAGED_COLUMNS, PARENT_COLUMNS, REF_COLUMNS
 
 API = "network.osac.io/v1alpha1"
 #: Rows without a name, matched inside their parent by these columns.
@@ -50,6 +51,10 @@ _UNNAMED = {"ACL": ("direction", "priority", "match", "action"),
             "NAT": ("type", "external_ip", "logical_ip"),
             "Logical_Router_Static_Route": ("ip_prefix", "nexthop"),
             "DHCP_Options": ("cidr", "options")}
+
+
+#: Read of unowned rows besides what unet reads of its own: to say what to do about them.
+_READ_TOO = {"Logical_Switch_Port": ("dynamic_addresses",)}
 
 
 @dataclass
@@ -63,8 +68,10 @@ class Rows:
     def get(self, table: str, uuid: str) -> Row | None:
         return self.free.get(table, {}).get(uuid)
 
-    def label(self, uuid: str) -> str:
-        table = self.table_of.get(uuid, "row")
+    def label(self, uuid: str, table: str = "row") -> str:
+        """How people know the row: its name, or what it does (a NAT rule's addresses, a
+        route's prefix); `table` names a row of a table adoption does not read."""
+        table = self.table_of.get(uuid, table)
         row = self.free.get(table, {}).get(uuid, {})
         if isinstance(row.get("name"), str) and row["name"]:
             return f"{table} {row['name']}"
@@ -72,7 +79,20 @@ class Rows:
             return f"ACL {row['direction']} {row['priority']} {row['action']} `{row['match']}`"
         if table == "DHCP_Options":
             return f"DHCP_Options {row['cidr']} ({uuid})"
+        if table in ("NAT", "Logical_Router_Static_Route") and row:
+            return row_label(table, uuid, row)
         return f"{table} {uuid}"
+
+
+def _references(nb: Northbound, table: str) -> dict[str, str]:
+    """Every column of `table` that refers to rows of another, with that table: what an
+    adopted row refers to must be what its manifests say (a switch's load balancers)."""
+    out = {}
+    for name, column in nb.schema.db.tables[table].columns.items():
+        for base in (column.type.key, column.type.value):
+            if base is not None and base.ref_table_name:
+                out[name] = str(base.ref_table_name)
+    return out
 
 
 def read_rows(nb: Northbound, installation: str) -> Rows:
@@ -81,7 +101,10 @@ def read_rows(nb: Northbound, installation: str) -> Rows:
     tables = list(MANAGED_COLUMNS)
     ours = ["external_ids", "excludes", ["map", [[TAG_INSTALLATION, installation]]]]
     operations = [{"op": "select", "table": table, "where": [ours],
-                   "columns": ["_uuid", *nb.schema.columns_read(table)]} for table in tables]
+                   "columns": list(dict.fromkeys(["_uuid", *nb.schema.columns_read(table),
+                                                  *_READ_TOO.get(table, ()),
+                                                  *_references(nb, table)]))}
+                  for table in tables]
     results = nb.fence(installation).read(operations, compact_row)
     free: dict[str, dict[str, Row]] = {}
     refused = []
@@ -254,6 +277,13 @@ class _Inference:
         parts = str(entries[0]).split() if len(entries) == 1 else []
         if not parts or not netaddr.valid_mac(parts[0]) or len(parts) > 3 \
                 or not all(netaddr.valid_ipv4(a) or netaddr.valid_ipv6(a) for a in parts[1:]):
+            chosen = lsp.get("dynamic_addresses")
+            if "dynamic" in parts and isinstance(chosen, str) and chosen:
+                network.refused.append(Refusal(shown, f"addresses {entries}: OVN chooses them "
+                                               "(dynamic), unet keeps fixed ones: set those "
+                                               f"it chose, `ovn-nbctl lsp-set-addresses "
+                                               f"{lsp['name']} '{chosen}'`, and import again"))
+                return None
             network.refused.append(Refusal(shown, f"addresses {entries or '[]'}: a workload "
                                            "port has one MAC and at most one fixed address "
                                            "per family"))
@@ -440,6 +470,7 @@ class OvnAdopter(Adopter):
             uuid = _find(obj, rows, by_name, taken, found)
             if uuid is not None:
                 taken[uuid], found[obj.key] = obj.key, uuid
+        ours = {uuid for _table, uuid in self.ours.values()}
         key_of = {uuid: key for key, (_table, uuid) in self.ours.items()} | taken
         parent_of = {child: (key_of[uuid], column)
                      for table, columns in PARENT_COLUMNS.items()
@@ -454,8 +485,20 @@ class OvnAdopter(Adopter):
                                          self.manager, ())
             out.ids[key] = uuid
             self.uuids[key] = (table, uuid)
-            out.extra += [(key, rows.label(child)) for column in PARENT_COLUMNS.get(table, ())
-                          for child in atoms(row[column]) if child not in taken]
+            # Every column whose rows live inside this one (the server's schema says which:
+            # a switch's ACLs and QoS rules, a router's policies, besides the columns unet
+            # fills), so that nothing the manifests do not say goes with it.
+            out.extra += [(key, rows.label(child, held))
+                          for column, held in self.nb.schema.holding.get(table, {}).items()
+                          for child in atoms(row.get(column, [])) if child not in taken]
+            # And every other row it refers to that unet would not write there (a switch's
+            # load balancers or DNS records); those unet writes are compared as fields.
+            compared = {*self.nb.schema.holding.get(table, {}), *REF_COLUMNS.get(table, ())}
+            out.extra += [(key, f"refers to {rows.label(target, other)}")
+                          for column, other in _references(self.nb, table).items()
+                          if column not in compared
+                          for target in atoms(row.get(column, []))
+                          if target not in taken and target not in ours]
         return out
 
     def tag(self, pairs: Sequence[tuple[BackendObject, BackendObject]]) -> None:

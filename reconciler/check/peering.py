@@ -37,10 +37,14 @@ def check_peerings(ctx: Context) -> None:
         if _check_one(ctx, peering, declared.get(pair)) and \
                 _check_other_peers(ctx, peering, declared):
             declared.setdefault(pair, peering)
+    # Which tenants declare a peering with a problem, before the pending ones below are said:
+    # a PEERING_PENDING said here marks its peering too, and silenced every later pending
+    # peering towards the same tenant (a tenant's own two networks, say).
+    troubled = {peer[0]: _has_invalid_peering(ctx, peer[0]) for (_own, peer) in declared}
     for (own, peer), peering in declared.items():
         reverse = declared.get((peer, own))
         if reverse is None:
-            if (peer, own) not in written and not _has_invalid_peering(ctx, peer[0]):
+            if (peer, own) not in written and not troubled[peer[0]]:
                 _pending(ctx, peering, peer)
             continue
         if id(peering) not in ctx.invalid and id(reverse) not in ctx.invalid:
