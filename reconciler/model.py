@@ -137,10 +137,17 @@ class Model:
         """(subnet, CIDR) of each subnet of a peered network in a family: what a peering
         routes to it. Not the network's whole CIDR: an address there that no subnet holds
         would reach the peer's router and leave by its way out."""
-        tenant, vn = peer
-        return sorted((s.name, str(space.net)) for s in self.kind("Subnet")
-                      if s.tenant == tenant and s.obj.spec.virtual_network == vn
-                      and (space := self.subnet_spaces(tenant, s.name).get(version)))
+        tenant = peer[0]
+        return sorted((s.name, str(space.net)) for s in self.full.subnets_of.get(peer, ())
+                      if (space := self.subnet_spaces(tenant, s.name).get(version)))
+
+    @cached_property
+    def subnets_of(self) -> dict[tuple[str | None, str], list[Manifest]]:
+        """(tenant, VirtualNetwork) → its subnets (of the model's tenants)."""
+        out: dict[tuple[str | None, str], list[Manifest]] = defaultdict(list)
+        for subnet in self.kind("Subnet"):
+            out[(subnet.tenant, subnet.obj.spec.virtual_network)].append(subnet)
+        return out
 
     @cached_property
     def established_peerings(self) -> frozenset[str]:
