@@ -408,7 +408,15 @@ class Wire:
             if src is not None and dst is not None and target.name in self.fabric.send(
                     source, mac, dst, _rest(question.port, family)).ports:
                 return True
-        return False
+        # As `unet reach` answers it: a NIC that no route leads to (another network, not
+        # peered) is reached by its public addresses, if any (out through the source's
+        # way out, in through the target's).
+        own, other = _network(question.source), _network(question.target)
+        if own == other or (other in _peers(self.repo, own) and own in _peers(self.repo, other)):
+            return False
+        return any(self._across(Question(question.source, address, question.port))
+                   for address in self.addresses.values()
+                   if self._target(address).name == target.name)
 
     def _target(self, address: str) -> Port:
         """The NIC a public address leads to: the target's primary (a Cluster's holds the
