@@ -516,13 +516,10 @@ def show_usage(args: argparse.Namespace) -> int:
     if args.offline and args.manager:
         raise UsageError("--offline reads no backend: leave out --manager")
     with working():
-        head = _validated_head(args, args.path, args.rev)
+        head = _tenant_view_head(args)
         if head is None:
             return EXIT_ERROR
         assert head.context is not None
-        if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
-            print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
-            return EXIT_ERROR
         model = Model(head.context)
         if args.offline:
             usages = demanded(model, args.tenant)
@@ -551,12 +548,8 @@ def show_status(args: argparse.Namespace) -> int:
     from .status import render_text, status
 
     with working():
-        head = _validated_head(args, args.path, args.rev)
+        head = _tenant_view_head(args)
         if head is None:
-            return EXIT_ERROR
-        assert head.context is not None
-        if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
-            print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
             return EXIT_ERROR
         inputs = _inputs(args, args.path, args.rev)
         say("reading the backends")
@@ -571,16 +564,25 @@ def show_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _bindings(args: argparse.Namespace) -> dict[str, Any] | None:
-    from .bindings import bindings
-    from .desired import render_desired
-
+def _tenant_view_head(args: argparse.Namespace) -> Validation | None:
+    """The validated head for a view that `--tenant` may narrow (show usage, status,
+    bindings); None when it has errors or names no Tenant (said on stderr)."""
     head = _validated_head(args, args.path, args.rev)
     if head is None:
         return None
     assert head.context is not None
     if args.tenant is not None and head.context.get("Tenant", None, args.tenant) is None:
         print(f"unet: no Tenant named '{args.tenant}'", file=sys.stderr)
+        return None
+    return head
+
+
+def _bindings(args: argparse.Namespace) -> dict[str, Any] | None:
+    from .bindings import bindings
+    from .desired import render_desired
+
+    head = _tenant_view_head(args)
+    if head is None:
         return None
     say("reading the backends" if not args.offline else "rendering the desired state")
     desired = render_desired(head, {}, new_are_unknown=True) if args.offline else \
