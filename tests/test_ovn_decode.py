@@ -1,0 +1,50 @@
+"""How unet's OVSDB connection takes a whole JSON message out of what it received
+(rpc._take_message): the bytes of a message are let go of before its rows are decoded, so
+that a reply of every row is never held three times (its bytes, its text, its rows)."""
+
+from __future__ import annotations
+
+import json
+
+from unet.managers.ovn.rpc import _take_message
+
+
+def test_a_whole_message_is_taken_out_of_the_buffer() -> None:
+    message = {"id": 1, "result": [{"rows": [{"_uuid": ["uuid", "u1"]}]}], "error": None}
+    buffer = bytearray(json.dumps(message).encode())
+    assert _take_message(buffer) == message
+    assert buffer == bytearray()
+
+
+def test_what_follows_a_message_stays_for_the_next() -> None:
+    first, second = b'{"id":1,"result":[],"error":null}', b'{"id":2,"res'
+    buffer = bytearray(first + second)
+    assert _take_message(buffer) == {"id": 1, "result": [], "error": None}
+    assert buffer == bytearray(second)
+
+
+def test_an_incomplete_message_leaves_the_buffer_as_it_was() -> None:
+    text = '{"id":1,"result":[{"rows":[{"name":"é"}]}'
+    buffer = bytearray(text.encode())
+    assert _take_message(buffer) is None
+    assert buffer == bytearray(text.encode())
+
+
+def test_text_beyond_ascii_before_the_end_keeps_the_rest_exact() -> None:
+    first = '{"id":1,"result":[{"rows":[{"name":"ünïcödé"}]}],"error":null}'.encode()
+    buffer = bytearray(first + b'{"id"')
+    found = _take_message(buffer)
+    assert found is not None and found["result"][0]["rows"][0]["name"] == "ünïcödé"
+    assert buffer == bytearray(b'{"id"')
+
+
+def test_the_bytes_are_let_go_of_before_the_rows_are_decoded() -> None:
+    seen: list[int] = []
+    buffer = bytearray(b'{"id":1,"result":[{"rows":[{"_uuid":"u1"}]}],"error":null}')
+
+    def row(obj: dict[str, object]) -> dict[str, object]:
+        seen.append(len(buffer))
+        return obj
+
+    assert _take_message(buffer, row) is not None
+    assert seen and all(length == 0 for length in seen)
