@@ -146,9 +146,21 @@ def _compare(want: BackendObject | None, have: BackendObject | None, prune: bool
         return Change(want.uid, have, want, Action.REPLACE, reason, field_changes, forced,
                       owner_fields)
     if not field_changes:
+        _share_values(have, want)
         return Change(want.uid, have, want, Action.NOOP, "up to date")
     return Change(want.uid, have, want, Action.UPDATE, f"{changed_columns(field_changes)} changed",
                   field_changes)
+
+
+def _share_values(have: BackendObject, want: BackendObject) -> None:
+    """An observed object as desired holds the desired object's columns, references and
+    uid, not equal copies: a plan holds both sides of every row, and at 1,000 tenants
+    nearly all of 155,000 rows are the same on both (objects are not changed once made)."""
+    object.__setattr__(have, "_uid", want.uid)
+    if have.fields is not want.fields and have.fields == want.fields:
+        object.__setattr__(have, "fields", want.fields)
+    if have.refs is not want.refs and have.refs == want.refs:
+        object.__setattr__(have, "refs", want.refs)
 
 
 def changed_columns(field_changes: Sequence[FieldChange]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +169,21 @@ _ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).e
 
 def content_hash(value: Any) -> str:
     return hashlib.sha256(_ENCODE(value).encode()).hexdigest()[:16]
+
+
+#: Items encoded at once by `list_hash`: few calls of the encoder, and a short text each.
+_LIST_CHUNK = 1000
+
+
+def list_hash(items: Sequence[Any]) -> str:
+    """content_hash(items) of a long list, encoded a chunk at a time: the text of every
+    row at once (70 MB at 1,000 tenants) was the peak of a run that printed its plan."""
+    digest = hashlib.sha256(b"[")
+    for start in range(0, len(items), _LIST_CHUNK):
+        text = _ENCODE(items[start:start + _LIST_CHUNK])[1:-1]
+        digest.update((b"," if start else b"") + text.encode())
+    digest.update(b"]")
+    return digest.hexdigest()[:16]
 
 
 def share_strings(value: Any) -> Any:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .diagnostics import Diagnostic
 from .diff import Action, Change
-from .objects import TAG_HASH, TAG_PROTECTED, BackendObject, content_hash
+from .objects import TAG_HASH, TAG_PROTECTED, BackendObject, list_hash
 from .order import Step, order
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def desired_digest(desired: Iterable[BackendObject]) -> str:
     Made of each object's content hash, which an object computes once: a daemon that
     renders one tenant again hashes that tenant's objects only, not every row.
     """
-    return DIGEST_FORMAT + content_hash(sorted((o.uid, o.content_hash) for o in desired))
+    return DIGEST_FORMAT + list_hash(sorted((o.uid, o.content_hash) for o in desired))
 
 
 def legacy_desired_digest(desired: Iterable[BackendObject]) -> str:
@@ -136,7 +136,7 @@ def legacy_desired_digest(desired: Iterable[BackendObject]) -> str:
 
 def _digest(objects: Iterable[BackendObject]) -> str:
     """All the objects' content, in uid order, encoded at once (not object by object)."""
-    return content_hash(sorted((o.uid, o.fields, o.refs, o.parent, o.meta) for o in objects))
+    return list_hash(sorted((o.uid, o.fields, o.refs, o.parent, o.meta) for o in objects))
 
 
 def drift_of(changes: list[Change], repo_unchanged: bool) -> set[str]:

@@ -4,8 +4,11 @@ same objects as OVSDB's JSON of them would."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from unet.managers.ovn.codec import compact_row, keys_of, to_object, uuid_of
 from unet.managers.ovn.northbound import Northbound, _select
@@ -104,3 +107,37 @@ def test_a_compact_row_holds_every_kind_of_value_plainly() -> None:
                                 "o": (), "n": 5, "r": "u4"}
     result = {"rows": []}
     assert compact_row(result) is result
+
+
+def test_observing_some_owners_reads_a_table_at_a_time_and_keeps_others_brief(
+        lab: OvnLab, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An apply's confirmation: one reply of every row beside the plan was an apply's peak
+    of memory. Each reply holds one table; the rows of other owners keep their keys and
+    children only; the objects are those of a whole read (the test above)."""
+    from unet.managers.ovn.fence import Fence
+
+    assert apply(tmp_path, repo).returncode == 0
+    replies: list[tuple[list[str], list[list[dict[str, Any]]]]] = []  # of our rows
+    read = Fence.read
+
+    def spying(self: Fence, operations: list[dict[str, Any]], *args: Any) -> Any:
+        found = read(self, operations, *args)
+        if any(op["where"][0][1] == "includes" for op in operations):  # not others' names
+            replies.append(([op["table"] for op in operations], copy.deepcopy(found)))
+        return found
+
+    nb = Northbound(lab.nb_remote)
+    try:
+        everything = nb.observe(INSTALLATION, "ovn").objects
+        owners = frozenset(sorted({obj.owner for obj in everything})[:2])
+        monkeypatch.setattr(Fence, "read", spying)
+        some = nb.observe(INSTALLATION, "ovn", owners=owners).objects
+    finally:
+        nb.close()
+    assert some == [obj for obj in everything if obj.owner in owners]
+    assert len(replies) == len(MANAGED_COLUMNS)
+    assert all(len(tables) == 1 for tables, _found in replies)
+    others = [row for _tables, found in replies for rows in found for row in rows
+              if row["external_ids"].get("unet:owner") not in owners]
+    assert others and all(set(row["external_ids"]) <= {"unet:key"} for row in others)
+    assert not any({"match", "addresses", "options", "networks"} & set(row) for row in others)

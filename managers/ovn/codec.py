@@ -100,6 +100,25 @@ def compact_row(obj: dict[str, Any]) -> dict[str, Any]:
     return {column: _plain(value) for column, value in obj.items()}
 
 
+def brief_unless_of(owners: frozenset[str], children: Sequence[str]
+                    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """compact_row for a read of some owners' rows: a row of anyone else keeps only what
+    tells its key, its name and the rows it holds (`children`, its table's columns)."""
+    kept = ("_uuid", "name", *children)
+
+    def hook(obj: dict[str, Any]) -> dict[str, Any]:
+        row = compact_row(obj)
+        tags = row.get("external_ids")
+        if not isinstance(tags, dict) or tags.get(TAG_OWNER) in owners:
+            return row
+        brief = {column: row[column] for column in kept if column in row}
+        key = tags.get(TAG_KEY)
+        brief["external_ids"] = {TAG_KEY: key} if key is not None else {}
+        return brief
+
+    return hook
+
+
 def _plain(value: Any) -> Any:
     """Text is interned (inline: this runs for every value of every row): every row
     repeats the same tag names, and the desired rows hold the same values

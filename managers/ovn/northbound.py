@@ -39,6 +39,7 @@ from .codec import (
     OvnObservation,
     Row,
     atoms,
+    brief_unless_of,
     compact_row,
     keys_of,
     label,
@@ -129,13 +130,8 @@ class Northbound:
         With `claims` (a shard's run), only the rows it claims are read as ours
         (`_shard_rows`); the others are, to this run, rows of others."""
         if claims is None:
-            operations = [_select(table, installation, self.schema.columns_read(table))
-                          for table in MANAGED_COLUMNS]
-            operations += [_select(table, installation) for table in NAMED_TABLES]
-            results = self.fence(installation).read(operations, compact_row)
-            ours = dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True))
-            names = dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True))
-            del results
+            ours, names = self._rows(installation) if owners is None else \
+                self._owners_rows(installation, owners)
             key_of, uuids = keys_of(ours)
             parent_of = _parents(ours, key_of)
         else:
@@ -158,6 +154,37 @@ class Northbound:
                         and (owners is None or tag(row, TAG_OWNER) in owners)]
         foreign = {table: {row["name"] for row in rows} for table, rows in names.items() if rows}
         return OvnObservation(objects, None, manager, foreign, children, uuids)
+
+    def _rows(self, installation: str) -> tuple[dict[str, list[Row]], dict[str, list[Row]]]:
+        """Every row of the installation, in one transaction; and everyone else's names."""
+        operations = [_select(table, installation, self.schema.columns_read(table))
+                      for table in MANAGED_COLUMNS]
+        operations += [_select(table, installation) for table in NAMED_TABLES]
+        results = self.fence(installation).read(operations, compact_row)
+        return (dict(zip(MANAGED_COLUMNS, results[:len(MANAGED_COLUMNS)], strict=True)),
+                dict(zip(NAMED_TABLES, results[len(MANAGED_COLUMNS):], strict=True)))
+
+    def _owners_rows(self, installation: str, owners: frozenset[str]
+                     ) -> tuple[dict[str, list[Row]], dict[str, list[Row]]]:
+        """Every row of the installation, the rows of others than `owners` kept brief (what
+        tells their keys and children), a table at a time; and everyone else's names.
+
+        What an apply confirms, under the installation's lock: one reply of every row was
+        the peak of an apply (its text and its rows beside the desired state and the
+        plan). A row someone else writes between two tables' reads is theirs either way."""
+        fence = self.fence(installation)
+        ours = {table: fence.read([_select(table, installation, self.schema.columns_read(table))],
+                                  brief_unless_of(owners, self._children_columns(table)))[0]
+                for table in MANAGED_COLUMNS}
+        names = dict(zip(NAMED_TABLES, fence.read([_select(table, installation)
+                                                   for table in NAMED_TABLES], compact_row),
+                         strict=True))
+        return ours, names
+
+    def _children_columns(self, table: str) -> tuple[str, ...]:
+        """The columns of `table` that hold rows: of ours (PARENT_COLUMNS) or not."""
+        return tuple(dict.fromkeys((*PARENT_COLUMNS.get(table, ()),
+                                    *self.schema.holding.get(table, {}))))
 
     def _shard_rows(self, installation: str, claims: Claims
                     ) -> tuple[dict[str, list[Row]], dict[str, list[Row]],
