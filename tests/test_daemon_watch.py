@@ -110,6 +110,11 @@ def test_the_replica_is_what_a_full_read_finds_and_follows_every_edit(
             read = session.observe()
             kept = watch.observe()
             assert {o.uid: o for o in kept.objects} == {o.uid: o for o in read.objects}
+            by_uid = {o.uid: o for o in read.objects}
+            texts = [(value, by_uid[o.uid].fields[name]) for o in kept.objects
+                     for name, value in o.fields.items() if isinstance(value, str) and value]
+            assert texts and all(mine is theirs for mine, theirs in texts), \
+                "the replica's strings are interned, as a read's: one copy of each"
             assert {o.uid: o.holds for o in kept.objects if o.holds} == {
                 o.uid: o.holds for o in read.objects if o.holds} != {}
             assert kept.foreign_children == read.foreign_children != []

@@ -27,7 +27,7 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from unet.managers.sdk import (
@@ -44,6 +44,7 @@ from .codec import (
     OvnObservation,
     Row,
     atoms,
+    compact_row,
     keys_of,
     rows_inside,
     tag,
@@ -159,7 +160,7 @@ class OvnWatch(Watch):
             parent_of = index.parents([uuid for _table, uuid in wanted])
             objects, inside, children = [], {}, []
             for table, uuid in wanted:  # one row decoded at a time: never all of them
-                row = _decoded(self.rows[table][uuid])
+                row = _plain_row(self.rows[table][uuid])
                 found = rows_inside(self.nb.schema, table, row, index.key_of)
                 if found:
                     inside[uuid] = found
@@ -479,6 +480,11 @@ def _encoded(row: Row) -> str:
 
 def _decoded(text: str) -> Row:
     return json.loads(text)  # type: ignore[no-any-return]
+
+
+#: A replica's row made plain for an object (codec.compact_row): its strings interned, so
+#: that the observed objects share them with the desired ones, as a read's do.
+_plain_row: Callable[[str], Row] = json.JSONDecoder(object_hook=compact_row).decode
 
 
 def _new_row(update: dict[str, Any]) -> Row | None:
