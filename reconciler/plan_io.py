@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +73,19 @@ def _resource_json(resource: ResourcePlan) -> dict[str, Any]:
     }
 
 
-#: What every no-op entry holds, one list for all (the document is read only): five lists
-#: per row were 43 MB of a plan of 155,000 rows, and that document the peak of its run.
-_NOOP_ACTIONS: list[str] = Action.NOOP.to_json()
-_NONE: list[Any] = []
+#: The lists of a plan's entries, one per distinct value (the document is read only): a
+#: plan of 155,000 rows held five lists per row, 43 MB, and at 1,000 tenants that document
+#: was the peak of a run that printed it.
+_LISTS: dict[tuple[Any, ...], list[Any]] = {}
+
+
+def _shared(values: Iterable[Any]) -> list[Any]:
+    """A list of `values` (hashable) that every entry with the same values holds."""
+    key = tuple(values)
+    found = _LISTS.get(key)
+    if found is None:
+        found = _LISTS[key] = list(key)
+    return found
 
 
 def _change_json(change: Change, wave_of: dict[str, int], drift: bool,
@@ -84,9 +93,10 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool,
     obj = change.obj
     if not change.action.changes:  # most rows of a large plan: listed, not repeated
         return {"id": change.uid, "manager": obj.manager, "table": obj.table, "key": obj.key,
-                "owner": obj.owner, "actions": _NOOP_ACTIONS, "reason": change.reason,
-                "before": None, "after": None, "changes": _NONE, "forces_replacement": _NONE,
-                "unknown": _NONE, "drift": drift, "waves": _NONE}
+                "owner": obj.owner, "actions": _shared(Action.NOOP.to_json()),
+                "reason": change.reason, "before": None, "after": None, "changes": _shared(()),
+                "forces_replacement": _shared(()), "unknown": _shared(()), "drift": drift,
+                "waves": _shared(())}
     waves = sorted({wave_of[f"{a} {change.uid}"] for a in change.action.steps
                     if f"{a} {change.uid}" in wave_of})
     return {
@@ -96,16 +106,16 @@ def _change_json(change: Change, wave_of: dict[str, int], drift: bool,
         "key": obj.key,
         "owner": obj.owner,
         "label": describe.label(obj),
-        "actions": change.action.to_json(),
+        "actions": _shared(change.action.to_json()),
         "reason": change.reason,
         "before": _object_json(change.before),
         "after": _object_json(change.after),
         "changes": [{"path": f.path, "before": f.before, "after": f.after}
-                    for f in change.fields],
-        "forces_replacement": list(change.forces),
-        "unknown": sorted(change.after.unknown) if change.after else [],
+                    for f in change.fields] if change.fields else _shared(()),
+        "forces_replacement": _shared(change.forces),
+        "unknown": _shared(sorted(change.after.unknown) if change.after else ()),
         "drift": drift,
-        "waves": waves,
+        "waves": _shared(waves),
     }
 
 
@@ -121,7 +131,7 @@ def _object_json(obj: BackendObject | None) -> dict[str, Any] | None:
         "refs": {k: list(v) for k, v in obj.refs.items()},
         "parent": list(obj.parent) if obj.parent else None,
         "meta": _plain_dict(obj.meta),
-        "unknown": sorted(obj.unknown),
+        "unknown": _shared(sorted(obj.unknown)),
     }
     if obj.holds:
         out["holds"] = list(obj.holds)

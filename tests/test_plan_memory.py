@@ -74,18 +74,24 @@ def test_the_desired_digest_is_what_it_was_without_one_text_of_every_row(
     assert max(encoded) < sum(encoded) / 4
 
 
-def test_the_no_op_entries_of_a_plan_document_share_their_lists() -> None:
+def test_the_entries_of_a_plan_document_share_their_lists() -> None:
+    """A plan of an initial apply at 10,000 tenants has 1.5 million entries: their empty
+    lists, actions and waves are one list per value, not five lists per entry."""
     from unet.reconciler.diff import Change
     from unet.reconciler.plan import PLAINLY
     from unet.reconciler.plan_io import _change_json
 
     rows = [_row(f"acl-{n}", "ip4") for n in range(3)]
-    entries = [_change_json(Change(r.uid, r, r, Action.NOOP, "up to date"), {}, False, PLAINLY)
-               for r in rows]
-    assert entries[0] == {"id": "ovn:acl-0", "manager": "ovn", "table": "ACL", "key": "acl-0",
-                          "owner": "SecurityGroup/t1/web", "actions": ["no-op"],
-                          "reason": "up to date", "before": None, "after": None, "changes": [],
-                          "forces_replacement": [], "unknown": [], "drift": False, "waves": []}
-    assert len({id(entry[name]) for entry in entries
-                for name in ("actions", "changes", "forces_replacement", "unknown",
-                             "waves")}) <= 2
+    noops = [_change_json(Change(r.uid, r, r, Action.NOOP, "up to date"), {}, False, PLAINLY)
+             for r in rows]
+    assert noops[0] == {"id": "ovn:acl-0", "manager": "ovn", "table": "ACL", "key": "acl-0",
+                        "owner": "SecurityGroup/t1/web", "actions": ["no-op"],
+                        "reason": "up to date", "before": None, "after": None, "changes": [],
+                        "forces_replacement": [], "unknown": [], "drift": False, "waves": []}
+    creates = [_change_json(Change(r.uid, None, r, Action.CREATE, "new"),
+                            {f"create {r.uid}": 2}, False, PLAINLY) for r in rows]
+    assert creates[0]["actions"] == ["create"] and creates[0]["waves"] == [2]
+    assert creates[0]["changes"] == creates[0]["unknown"] == []
+    lists = {id(entry[name]) for entry in (*noops, *creates)
+             for name in ("actions", "changes", "forces_replacement", "unknown", "waves")}
+    assert len(lists) <= 4  # [], ["no-op"], ["create"], [2]
