@@ -145,9 +145,12 @@ def revision_files(path: Path, rev: str | None, max_file_bytes: int, parsed: Par
 
 def validate_files(files: Iterator[SourceFile | Diagnostic],
                    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                   parsed: ParsedFiles | None = None, shard: Shard | None = None) -> Validation:
+                   parsed: ParsedFiles | None = None, shard: Shard | None = None,
+                   usage_warnings: bool = True) -> Validation:
     """The revision's files validated; with `shard`, they are its share (revision_files)
-    and the validation says whose each owner is."""
+    and the validation says whose each owner is. Without `usage_warnings`, how full its
+    pools are is not worked out (no POOL_NEARLY_FULL): for a revision whose warnings
+    nobody reads."""
     items = list(files)
     memo = parsed or ParsedFiles()
     documents: list[Document] = []
@@ -169,7 +172,8 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
     diagnostics += problems
     n_files = sum(1 for item in items if isinstance(item, SourceFile))
     validation = _guarded(Validation(documents, manifests, context, diagnostics, n_files))
-    validation = _usage_warned(validation)
+    if usage_warnings:
+        validation = _usage_warned(validation)
     if shard is not None:
         from .shard import Ownership
 
@@ -256,10 +260,13 @@ def revision_info(path: Path, rev: str | None) -> dict[str, object]:
 
 def validate_repo(path: Path, rev: str | None = None,
                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                  parsed: ParsedFiles | None = None, shard: Shard | None = None) -> Validation:
-    """The repo at `path` (`rev`) validated: all of it, or a shard's share."""
+                  parsed: ParsedFiles | None = None, shard: Shard | None = None,
+                  usage_warnings: bool = True) -> Validation:
+    """The repo at `path` (`rev`) validated: all of it, or a shard's share (`usage_warnings`:
+    as validate_files)."""
     if shard is None:
-        return validate_files(repo_files(path, rev, max_file_bytes), max_file_bytes, parsed)
+        return validate_files(repo_files(path, rev, max_file_bytes), max_file_bytes, parsed,
+                              usage_warnings=usage_warnings)
     memo = parsed or ParsedFiles()
     items = revision_files(path, rev, max_file_bytes, memo, shard)
-    return validate_files(iter(items), max_file_bytes, memo, shard)
+    return validate_files(iter(items), max_file_bytes, memo, shard, usage_warnings)
