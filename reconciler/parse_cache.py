@@ -120,7 +120,11 @@ class ParseCache:
 
     def put(self, key: FileKey, parsed: ParsedFile) -> None:
         """Remember a file parsed now (encoded now: later stages may add to its objects)."""
-        self._new[key] = encode(parsed)
+        self.put_entry(key, encode(parsed))
+
+    def put_entry(self, key: FileKey, entry: bytes) -> None:
+        """Remember a file parsed now, as `encode` gave it (a parse worker's result)."""
+        self._new[key] = entry
 
     def save(self, used: Iterable[FileKey]) -> None:
         """Write the entries of `used` as the new pack, if this run parsed any new file."""

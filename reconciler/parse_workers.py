@@ -1,0 +1,123 @@
+"""A run's new files parsed in worker processes (`ParsedFiles.parse_all`, validate.py).
+
+A cold run of a big repo spends a good part of its time parsing (reading the YAML,
+building its data, checking the schemas), file by file, each file on its own. So when a
+run has at least PARALLEL_FROM files that neither it nor the parse cache parsed before,
+and it may run on more than one processor, worker processes parse them. Each file's
+result comes back as its parse cache entry (`parse_cache.encode`: plain data), which the
+run reads back in order while the workers go on (`decode`, the very step a cache hit
+takes, with its tests: a decoded entry is the parse) and hands as it is to the parse
+cache. Below PARALLEL_FROM, starting the workers costs about what they save.
+
+The workers are forked: a fresh Python would spend longer importing unet than a worker
+spends parsing. A fork copies only the thread that forks, so a lock another thread held
+at that moment (the status line's, progress.py, or the lock of the standard stream it
+was writing to) stays held in the worker for good. A worker therefore touches nothing
+those threads use: its first step gives it standard streams of its own, on /dev/null;
+then it parses, and it ends with `os._exit`, which flushes only those. The daemon, whose
+threads are more (webhook, watches, election) and which parses only what changed after
+its first run, parses in its own process.
+
+A worker that dies (killed, out of memory) or raises ends the workers' part, never the
+run: what they gave so far is kept and the caller parses the rest itself. The pool
+notices a worker's death (BrokenProcessPool), so nothing waits for it. `UNET_DEBUG=1`
+says what failed.
+
+`UNET_PARSE_WORKERS=N` sets how many workers there are; 1 parses every file in the run's
+own process. By default: one per processor the run may use, at most MAX_WORKERS; on
+Linux only, where forking a Python process is safe (macOS's system libraries are not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+#: New files a run parses in workers from (measured at 1,000 tenants: docs/performance.md).
+PARALLEL_FROM = 200
+MAX_WORKERS = 8
+WORKERS_ENV = "UNET_PARSE_WORKERS"
+#: Files a worker takes at a time, at most: few round trips, and the last ones still
+#: spread out among the workers.
+CHUNK = 32
+#: Chunks each worker takes at the least: a worker that is slow to start leaves its work to
+#: the others.
+_CHUNKS_PER_WORKER = 4
+
+Task = TypeVar("Task")
+Result = TypeVar("Result")
+
+
+def parse_workers() -> int:
+    """How many processes parse a one-shot run's new files (1: the run's own alone)."""
+    if sys.platform != "linux":
+        return 1
+    try:
+        return max(1, int(os.environ.get(WORKERS_ENV, "")))
+    except ValueError:
+        return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+
+
+def mapped(work: Callable[[Task], Result], tasks: Sequence[Task],
+           workers: int) -> Iterator[Result]:
+    """`work` of each task, in order, done by `workers` forked processes. Ends early, after
+    the results so far, when the workers fail (one died or raised, or none could start):
+    the caller does the rest itself."""
+    from concurrent.futures import ProcessPoolExecutor  # only a run this big needs them
+
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=_isolated, initargs=(os.getpid(),))
+    try:
+        with _forking():
+            results = pool.map(work, tasks, chunksize=_chunk_size(len(tasks), workers))
+        yield from results
+    except Exception:  # whatever a worker raised, or how it died: the rest is parsed here
+        if os.environ.get("UNET_DEBUG"):
+            traceback.print_exc()
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _chunk_size(tasks: int, workers: int) -> int:
+    return max(1, min(CHUNK, tasks // (workers * _CHUNKS_PER_WORKER)))
+
+
+@contextlib.contextmanager
+def _forking() -> Iterator[None]:
+    """Around the forks: what the standard streams hold is written first (a worker must not
+    write it again), and Python's warning that forking a process with threads is unsafe
+    is not shown: workers touch nothing of the other threads' (the module's docstring)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or odd stream: nothing to write
+            stream.flush()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*multi-threaded.*fork", DeprecationWarning)
+        yield
+
+
+def _isolated(parent: int) -> None:
+    """A worker's first step: standard streams of its own, no Ctrl-C (the run stops its
+    workers), and no life after its parent's (it would wait for work for good)."""
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the worker's, for good)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with(parent)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _end_with(parent: int) -> None:
+    """Be killed when `parent` ends, however it ends (Linux's prctl)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it ended before prctl
+        os._exit(1)
