@@ -38,7 +38,10 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 #: New files a run parses in workers from (measured at 1,000 tenants: docs/performance.md).
 PARALLEL_FROM = 200
@@ -81,8 +84,17 @@ def mapped(work: Callable[[Task], Result], tasks: Sequence[Task],
     except Exception:  # whatever a worker raised, or how it died: the rest is parsed here
         if os.environ.get("UNET_DEBUG"):
             traceback.print_exc()
+        _kill(pool)
     finally:
         pool.shutdown(cancel_futures=True)
+
+
+def _kill(pool: ProcessPoolExecutor) -> None:
+    """The workers of a pool that failed: what they would still do is not wanted, and a
+    pool that could not send them some work waits for it at shutdown for good (Python
+    3.11's, when a task cannot be pickled)."""
+    for process in list((pool._processes or {}).values()):
+        process.kill()
 
 
 def _chunk_size(tasks: int, workers: int) -> int:

@@ -7,15 +7,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pydantic
+
 from . import parse_workers
 from .cache import cache_dir
 from .check import Context, check
 from .diagnostics import Diagnostic
 from .load import Document, load_documents
 from .models import KINDS
-from .parse_cache import FileKey, ParseCache, ParsedFile, content_id, decode, encode
+from .parse_cache import (
+    FileKey,
+    ParseCache,
+    ParsedFile,
+    content_id,
+    decode,
+    encode,
+    encode_parts,
+)
 from .plugins import installed_plugins
-from .schema import Manifest, release_data, validate_documents
+from .schema import Manifest, release_data, shape_checked, validate_documents
 from .sources import (
     DEFAULT_MAX_FILE_BYTES,
     Keep,
@@ -118,9 +128,8 @@ class ParsedFiles:
         given = 0
         if self.workers > 1 and len(new) >= parse_workers.PARALLEL_FROM:
             tasks = [(read.item.path, read.content, max_file_bytes) for read in new]
-            for entry in parse_workers.mapped(_parse_entry, tasks, self.workers):
-                read = new[given]
-                yield decode(entry, read.item.path, read.content), entry
+            for entry in parse_workers.mapped(_worker_entry, tasks, self.workers):
+                yield _read_back(new[given], entry, max_file_bytes)
                 given += 1
         for read in new[given:]:
             yield _parse(read.item, max_file_bytes), None
@@ -175,10 +184,27 @@ def _parse(item: SourceFile, max_file_bytes: int) -> ParsedFile:
     return ParsedFile(documents, manifests, load_problems, schema_problems)
 
 
-def _parse_entry(task: tuple[str, bytes, int]) -> bytes:
-    """A worker's parse of one file (path, bytes, size bound): its parse cache entry."""
+def _worker_entry(task: tuple[str, bytes, int]) -> bytes:
+    """A worker's parse of one file (path, bytes, size bound), as its parse cache entry.
+    The manifests' models are not built: reading the entry builds them again anyway. So
+    the entry has every document whose shape passes the schema become a manifest, as it
+    does unless a model refuses what the schema let through (`_read_back`)."""
     path, content, max_file_bytes = task
-    return encode(_parse(SourceFile(path, len(content), lambda: content), max_file_bytes))
+    item = SourceFile(path, len(content), lambda: content)
+    documents, load_problems = load_documents(iter([item]), max_file_bytes)
+    shaped, shape_problems = shape_checked(documents)
+    return encode_parts(documents, shaped, load_problems, shape_problems)
+
+
+def _read_back(read: _Read, entry: bytes,
+               max_file_bytes: int) -> tuple[ParsedFile, bytes | None]:
+    """A worker's parse of the file `read`, and its entry for the parse cache; parsed again
+    here when a model refuses one of its documents (the entry was wrong to have it a
+    manifest): then the model's problems are diagnostics, where one process puts them."""
+    try:
+        return decode(entry, read.item.path, read.content), entry
+    except pydantic.ValidationError:
+        return _parse(read.item, max_file_bytes), None
 
 
 def revision_files(path: Path, rev: str | None, max_file_bytes: int, parsed: ParsedFiles,

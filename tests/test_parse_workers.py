@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from benchmarks.generate import PR_BRANCH, generate_repo, pr_change
 from unet.reconciler import parse_workers
 from unet.reconciler import validate as validate_module
 from unet.reconciler.cli import main
+from unet.reconciler.models import KINDS
 from unet.reconciler.parse_cache import ParseCache
 from unet.reconciler.plan_io import plan_to_json
 from unet.reconciler.planner import plan_between
@@ -90,14 +91,16 @@ def parsers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], lis
     worker's parse is seen through a file: it writes nothing the test can read else)."""
     log = tmp_path / "parsers.log"
     log.touch()
-    real = validate_module._parse
+    real = validate_module.load_documents
 
-    def logging(item: SourceFile, max_file_bytes: int) -> Any:
+    def logged(files: Iterator[SourceFile], max_file_bytes: int) -> Any:
         with open(log, "a") as out:
             out.write(f"{os.getpid()}\n")
-        return real(item, max_file_bytes)
+        return real(files, max_file_bytes)
 
-    monkeypatch.setattr(validate_module, "_parse", logging)
+    # A worker's parse reads the YAML with it, as this process's does: not the function a
+    # worker is sent, which must be had by its name (pickled).
+    monkeypatch.setattr(validate_module, "load_documents", logged)
     return lambda: [int(line) for line in log.read_text().split()]
 
 
@@ -209,6 +212,30 @@ def test_unet_parse_workers_sets_the_count(setting: str, expected: int | None,
     assert parse_workers.parse_workers() == (default if expected is None else expected)
 
 
+def test_a_document_a_model_refuses_is_said_where_one_process_says_it(
+        template: Path, parallel: None, monkeypatch: pytest.MonkeyPatch,
+        parsers: Callable[[], list[int]]) -> None:
+    """Workers build no models: their entries have every document the schema passes become
+    a manifest. Should a model refuse one (the schema and the models disagree), its file
+    is parsed again here, and its problem is where one process puts it."""
+    model = KINDS["SecurityGroup"]
+    real = model.model_validate
+
+    def picky(data: Any, **options: Any) -> Any:
+        if data["metadata"]["name"] == "web":  # as if the model wanted what the schema did not
+            return real({**data, "spec": {**data["spec"], "ingress": "none"}}, **options)
+        return real(data, **options)
+
+    monkeypatch.setattr(model, "model_validate", picky)
+    expected = _validated(template, workers=1)
+    assert [d.code for d in expected.diagnostics
+            if d.file == "tenants/tenant-00002/security-groups.yaml"] == ["SCHEMA_TYPE"]
+    files = len(parsers())
+    assert _shown(_validated(template, workers=2)) == _shown(expected)
+    here = parsers()[files:].count(os.getpid())
+    assert here == 1 + 3  # the file over the bound, and each tenant's security groups
+
+
 # --- workers that fail ----------------------------------------------------------------------
 
 VICTIM = "tenants/tenant-00002/network.yaml"
@@ -216,14 +243,15 @@ VICTIM = "tenants/tenant-00002/network.yaml"
 
 def _failing(monkeypatch: pytest.MonkeyPatch, fail: Callable[[], None]) -> None:
     """`fail` in whichever worker parses VICTIM; this process parses it as ever."""
-    real, parent = validate_module._parse, os.getpid()
+    real, parent = validate_module.load_documents, os.getpid()
 
-    def parse(item: SourceFile, max_file_bytes: int) -> Any:
+    def load(files: Iterator[SourceFile], max_file_bytes: int) -> Any:
+        [item] = files
         if item.path == VICTIM and os.getpid() != parent:
             fail()
-        return real(item, max_file_bytes)
+        return real(iter([item]), max_file_bytes)
 
-    monkeypatch.setattr(validate_module, "_parse", parse)
+    monkeypatch.setattr(validate_module, "load_documents", load)
 
 
 def _killed() -> None:
@@ -268,14 +296,15 @@ from unet.reconciler import parse_workers, validate
 from unet.reconciler.cli import entry
 
 parse_workers.PARALLEL_FROM = 1
-real, parent, victim = validate._parse, os.getpid(), sys.argv[1]
+real, parent, victim = validate.load_documents, os.getpid(), sys.argv[1]
 
-def parse(item, max_file_bytes):
+def load(files, max_file_bytes):
+    [item] = files
     if item.path == victim and os.getpid() != parent:
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(item, max_file_bytes)
+    return real(iter([item]), max_file_bytes)
 
-validate._parse = parse
+validate.load_documents = load
 sys.argv = ["unet", *sys.argv[2:]]
 entry()
 """
@@ -304,16 +333,15 @@ from unet.reconciler import parse_workers, validate
 from unet.reconciler.cli import entry
 
 parse_workers.PARALLEL_FROM = 1
-real, parent, log = validate._parse, os.getpid(), sys.argv[1]
+parent, log = os.getpid(), sys.argv[1]
 
-def parse(item, max_file_bytes):
+def load(files, max_file_bytes):
     if os.getpid() != parent:
         with open(log, "a") as out:
             out.write(f"{os.getpid()}\\n")
         time.sleep(600)
-    return real(item, max_file_bytes)
 
-validate._parse = parse
+validate.load_documents = load
 sys.argv = ["unet", *sys.argv[2:]]
 entry()
 """
@@ -345,3 +373,20 @@ def _within(seconds: float, found: Callable[[], Any]) -> Any:
         assert time.monotonic() < deadline, "not within the time"
         time.sleep(0.05)
     return value
+
+
+UNSENDABLE = """
+from unet.reconciler import parse_workers
+
+print(list(parse_workers.mapped(lambda task: task, range(40), 2)))
+"""
+
+
+def test_work_the_workers_cannot_be_sent_ends_their_part() -> None:
+    """Work that cannot be pickled (a lambda) fails when it is sent: the workers' part ends
+    at once, and nothing waits for them (Python 3.11's pool did at shutdown). unet sends
+    only text, bytes and numbers, and a function of its own; the thread that sends them
+    may say on standard error what it could not send."""
+    done = subprocess.run([sys.executable, "-c", UNSENDABLE], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "[]\n")
