@@ -37,22 +37,25 @@ import signal
 import sys
 import traceback
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 #: New files a run parses in workers from (measured at 1,000 tenants: docs/performance.md).
 PARALLEL_FROM = 200
 MAX_WORKERS = 8
 WORKERS_ENV = "UNET_PARSE_WORKERS"
 #: Files a worker takes at a time, at most: few round trips, and the last ones still
-#: spread out among the workers.
+#: spread out among the processes.
 CHUNK = 32
-#: Chunks each worker takes at the least: a worker that is slow to start leaves its work to
-#: the others.
-_CHUNKS_PER_WORKER = 4
+#: Chunks per process at the least: one that is slow to start leaves its work to the others.
+_CHUNKS_PER_PROCESS = 4
+#: Chunks under way per worker: one it works on, one it takes next without waiting for the
+#: run (which may be parsing a chunk of its own then).
+_SENT_PER_WORKER = 2
 
 Task = TypeVar("Task")
 Result = TypeVar("Result")
@@ -69,24 +72,72 @@ def parse_workers() -> int:
 
 
 def mapped(work: Callable[[Task], Result], tasks: Sequence[Task],
-           workers: int) -> Iterator[Result]:
-    """`work` of each task, in order, done by `workers` forked processes. Ends early, after
-    the results so far, when the workers fail (one died or raised, or none could start):
-    the caller does the rest itself."""
+           workers: int) -> Iterator[tuple[int, Result | None]]:
+    """Each task's index, with `work`'s result when one of `workers - 1` forked processes did
+    it, or with None when the caller is to do it: the caller is the last worker. Once the
+    workers fail (one died or raised, or none could start), all that is left is the
+    caller's."""
     from concurrent.futures import ProcessPoolExecutor  # only a run this big needs them
 
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+    pool = ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("fork"),
                                initializer=_isolated, initargs=(os.getpid(),))
+    shared = _Shared(pool, work, tasks, workers)
     try:
-        with _forking():
-            results = pool.map(work, tasks, chunksize=_chunk_size(len(tasks), workers))
-        yield from results
-    except Exception:  # whatever a worker raised, or how it died: the rest is parsed here
+        with _forking():  # the first chunk sent starts the workers
+            shared.send()
+        while shared.sent:
+            yield from shared.next()
+            shared.send()
+    except Exception:  # whatever a worker raised, or how it died: the caller does the rest
         if os.environ.get("UNET_DEBUG"):
             traceback.print_exc()
         _kill(pool)
     finally:
-        pool.shutdown(cancel_futures=True)
+        pool.shutdown()
+    yield from ((n, None) for n in shared.left())
+
+
+class _Shared(Generic[Task, Result]):
+    """Tasks in chunks, shared by the workers and the caller: the workers are sent chunks
+    from the first on, a few at a time; the caller, whenever the results of the first
+    chunk sent are not ready, takes the last chunk not sent."""
+
+    def __init__(self, pool: ProcessPoolExecutor, work: Callable[[Task], Result],
+                 tasks: Sequence[Task], processes: int) -> None:
+        self.pool, self.work, self.tasks = pool, work, tasks
+        size = max(1, min(CHUNK, len(tasks) // (processes * _CHUNKS_PER_PROCESS)))
+        self.todo = deque(range(start, min(start + size, len(tasks)))
+                          for start in range(0, len(tasks), size))
+        self.sent: deque[tuple[range, Future[list[Result]]]] = deque()
+        self.most = _SENT_PER_WORKER * (processes - 1)
+
+    def send(self) -> None:
+        """The first chunks not sent yet sent, until `most` are under way."""
+        while self.todo and len(self.sent) < self.most:
+            part = self.todo[0]
+            results = self.pool.submit(_each, self.work, [self.tasks[n] for n in part])
+            self.sent.append((self.todo.popleft(), results))
+
+    def next(self) -> Iterator[tuple[int, Result | None]]:
+        """The first chunk sent, once its results are ready; until then, the last chunk not
+        sent, for the caller."""
+        part, results = self.sent[0]
+        if not results.done() and self.todo:
+            yield from ((n, None) for n in self.todo.pop())
+            return
+        done = results.result()
+        self.sent.popleft()
+        yield from zip(part, done, strict=True)
+
+    def left(self) -> Iterator[int]:
+        """The tasks whose results were not given."""
+        for part in [*(part for part, _results in self.sent), *self.todo]:
+            yield from part
+
+
+def _each(work: Callable[[Task], Result], tasks: list[Task]) -> list[Result]:
+    """In a worker: a chunk's tasks done."""
+    return [work(task) for task in tasks]
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:
@@ -95,10 +146,6 @@ def _kill(pool: ProcessPoolExecutor) -> None:
     3.11's, when a task cannot be pickled)."""
     for process in list((pool._processes or {}).values()):
         process.kill()
-
-
-def _chunk_size(tasks: int, workers: int) -> int:
-    return max(1, min(CHUNK, tasks // (workers * _CHUNKS_PER_WORKER)))
 
 
 @contextlib.contextmanager

@@ -116,23 +116,25 @@ class ParsedFiles:
 
     def _parse_new(self, new: list[_Read], max_file_bytes: int,
                    cache: ParseCache | None) -> None:
-        for read, (found, entry) in zip(new, self._parsed(new, max_file_bytes), strict=True):
+        for read, found, entry in self._parsed(new, max_file_bytes):
             if cache is not None:
                 cache.put_entry(read.key, entry if entry is not None else encode(found))
             self._hold(read.key, found)
 
-    def _parsed(self, new: list[_Read],
-                max_file_bytes: int) -> Iterator[tuple[ParsedFile, bytes | None]]:
-        """Each new file's parse, and its parse cache entry when a worker gave it. When the
-        workers fail, this process parses the files they did not give."""
-        given = 0
-        if self.workers > 1 and len(new) >= parse_workers.PARALLEL_FROM:
-            tasks = [(read.item.path, read.content, max_file_bytes) for read in new]
-            for entry in parse_workers.mapped(_worker_entry, tasks, self.workers):
-                yield _read_back(new[given], entry, max_file_bytes)
-                given += 1
-        for read in new[given:]:
-            yield _parse(read.item, max_file_bytes), None
+    def _parsed(self, new: list[_Read], max_file_bytes: int
+                ) -> Iterator[tuple[_Read, ParsedFile, bytes | None]]:
+        """Each new file with its parse, and its parse cache entry when a worker gave it,
+        in no set order: with workers, this process parses what they leave it."""
+        if self.workers < 2 or len(new) < parse_workers.PARALLEL_FROM:
+            yield from ((read, _parse(read.item, max_file_bytes), None) for read in new)
+            return
+        tasks = [(read.item.path, read.content, max_file_bytes) for read in new]
+        for index, entry in parse_workers.mapped(_worker_entry, tasks, self.workers):
+            read = new[index]
+            if entry is None:
+                yield read, _parse(read.item, max_file_bytes), None
+            else:
+                yield read, *_read_back(read, entry, max_file_bytes)
 
     def _hold(self, key: FileKey, found: ParsedFile) -> None:
         release_data(found.manifests)  # the parse cache encoded them already
