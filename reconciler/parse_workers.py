@@ -1,31 +1,36 @@
-"""A run's new files parsed in worker processes (`ParsedFiles.parse_all`, validate.py).
+"""A run's new files parsed in several processes (`ParsedFiles.parse_all`, validate.py).
 
 A cold run of a big repo spends a good part of its time parsing (reading the YAML,
 building its data, checking the schemas), file by file, each file on its own. So when a
 run has at least PARALLEL_FROM files that neither it nor the parse cache parsed before,
-and it may run on more than one processor, worker processes parse them. Each file's
-result comes back as its parse cache entry (`parse_cache.encode`: plain data), which the
-run reads back in order while the workers go on (`decode`, the very step a cache hit
-takes, with its tests: a decoded entry is the parse) and hands as it is to the parse
-cache. Below PARALLEL_FROM, starting the workers costs about what they save.
+and it may run on more than one processor, it shares them with worker processes. The
+workers are sent chunks of files from the first on, a few at a time; the run takes the
+last chunk not sent whenever the workers' next results are not ready, so that the two
+meet wherever the machine lets each get to. A worker's file comes back as its parse
+cache entry (`parse_cache.encode`: plain data), which the run reads back (`decode`, the
+very step a cache hit takes, with its tests: a decoded entry is the parse) and hands as
+it is to the parse cache. A worker builds no pydantic models, which reading the entry
+builds anyway. Below PARALLEL_FROM, starting the workers costs about what they save.
 
 The workers are forked: a fresh Python would spend longer importing unet than a worker
 spends parsing. A fork copies only the thread that forks, so a lock another thread held
 at that moment (the status line's, progress.py, or the lock of the standard stream it
 was writing to) stays held in the worker for good. A worker therefore touches nothing
 those threads use: its first step gives it standard streams of its own, on /dev/null;
-then it parses, and it ends with `os._exit`, which flushes only those. The daemon, whose
-threads are more (webhook, watches, election) and which parses only what changed after
-its first run, parses in its own process.
+then it parses, and it ends with `os._exit`, which flushes only those. It ignores Ctrl-C
+(the run stops it) and is killed when the run ends, however the run ends. The daemon,
+whose threads are more (webhook, watches, election) and which parses only what changed
+after its first run, parses in its own process.
 
 A worker that dies (killed, out of memory) or raises ends the workers' part, never the
-run: what they gave so far is kept and the caller parses the rest itself. The pool
-notices a worker's death (BrokenProcessPool), so nothing waits for it. `UNET_DEBUG=1`
-says what failed.
+run: what they gave so far is kept and the run parses the rest itself. The pool notices
+a worker's death (BrokenProcessPool), so nothing waits for it. `UNET_DEBUG=1` says what
+failed.
 
-`UNET_PARSE_WORKERS=N` sets how many workers there are; 1 parses every file in the run's
-own process. By default: one per processor the run may use, at most MAX_WORKERS; on
-Linux only, where forking a Python process is safe (macOS's system libraries are not).
+`UNET_PARSE_WORKERS=N` sets how many processes parse, the run's own among them; 1 parses
+every file in the run's own process. By default: one per processor the run may use, at
+most MAX_PROCESSES; on Linux only, where forking a Python process is safe (macOS's system
+libraries are not).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ if TYPE_CHECKING:
 
 #: New files a run parses in workers from (measured at 1,000 tenants: docs/performance.md).
 PARALLEL_FROM = 200
-MAX_WORKERS = 8
+MAX_PROCESSES = 8
 WORKERS_ENV = "UNET_PARSE_WORKERS"
 #: Files a worker takes at a time, at most: few round trips, and the last ones still
 #: spread out among the processes.
@@ -61,27 +66,27 @@ Task = TypeVar("Task")
 Result = TypeVar("Result")
 
 
-def parse_workers() -> int:
+def parse_processes() -> int:
     """How many processes parse a one-shot run's new files (1: the run's own alone)."""
     if sys.platform != "linux":
         return 1
     try:
         return max(1, int(os.environ.get(WORKERS_ENV, "")))
     except ValueError:
-        return min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+        return min(len(os.sched_getaffinity(0)), MAX_PROCESSES)
 
 
 def mapped(work: Callable[[Task], Result], tasks: Sequence[Task],
-           workers: int) -> Iterator[tuple[int, Result | None]]:
-    """Each task's index, with `work`'s result when one of `workers - 1` forked processes did
+           processes: int) -> Iterator[tuple[int, Result | None]]:
+    """Each task's index, with `work`'s result when one of `processes - 1` forked workers did
     it, or with None when the caller is to do it: the caller is the last worker. Once the
     workers fail (one died or raised, or none could start), all that is left is the
     caller's."""
     from concurrent.futures import ProcessPoolExecutor  # only a run this big needs them
 
-    pool = ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context("fork"),
+    pool = ProcessPoolExecutor(processes - 1, mp_context=multiprocessing.get_context("fork"),
                                initializer=_isolated, initargs=(os.getpid(),))
-    shared = _Shared(pool, work, tasks, workers)
+    shared = _Shared(pool, work, tasks, processes)
     try:
         with _forking():  # the first chunk sent starts the workers
             shared.send()

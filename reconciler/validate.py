@@ -80,14 +80,14 @@ class ParsedFiles:
     unchanged manifests by identity; a reconcile daemon parses only the files that
     changed since its last run. With a ParseCache (one-shot commands), files an earlier
     run parsed are read from it, and `save` leaves this run's for the next. With
-    `workers`, many new files are parsed in that many processes (parse_workers.py).
+    `processes`, many new files are parsed by that many processes (parse_workers.py).
     """
 
-    def __init__(self, cache: ParseCache | None = None, workers: int = 1) -> None:
+    def __init__(self, cache: ParseCache | None = None, processes: int = 1) -> None:
         self._files: dict[FileKey, ParsedFile] = {}
         self._used: set[FileKey] = set()
         self._cache = cache
-        self.workers = workers
+        self.processes = processes
 
     def parse(self, item: SourceFile, max_file_bytes: int) -> ParsedFile:
         return self.parse_all([item], max_file_bytes)[0]
@@ -125,11 +125,11 @@ class ParsedFiles:
                 ) -> Iterator[tuple[_Read, ParsedFile, bytes | None]]:
         """Each new file with its parse, and its parse cache entry when a worker gave it,
         in no set order: with workers, this process parses what they leave it."""
-        if self.workers < 2 or len(new) < parse_workers.PARALLEL_FROM:
+        if self.processes < 2 or len(new) < parse_workers.PARALLEL_FROM:
             yield from ((read, _parse(read.item, max_file_bytes), None) for read in new)
             return
         tasks = [(read.item.path, read.content, max_file_bytes) for read in new]
-        for index, entry in parse_workers.mapped(_worker_entry, tasks, self.workers):
+        for index, entry in parse_workers.mapped(_worker_entry, tasks, self.processes):
             read = new[index]
             if entry is None:
                 yield read, _parse(read.item, max_file_bytes), None
@@ -172,12 +172,14 @@ class _Read:
 
 
 def parsed_files(repo: Path, max_file_bytes: int, use_cache: bool = True,
-                 workers: int | None = None) -> ParsedFiles:
+                 processes: int | None = None) -> ParsedFiles:
     """ParsedFiles for a command on the repo at `repo`: with the repo's parse cache,
-    unless `use_cache` is off, and as many workers as `parse_workers()` says, unless
-    `workers` does."""
+    unless `use_cache` is off, and parsed by as many processes as `parse_processes()` says,
+    unless `processes` does."""
     cache = ParseCache(cache_dir(repo), max_file_bytes) if use_cache else None
-    return ParsedFiles(cache, parse_workers.parse_workers() if workers is None else workers)
+    if processes is None:
+        processes = parse_workers.parse_processes()
+    return ParsedFiles(cache, processes)
 
 
 def _parse(item: SourceFile, max_file_bytes: int) -> ParsedFile:

@@ -114,9 +114,9 @@ def _here(parses: list[tuple[int, str]]) -> list[str]:
     return [path for pid, path in parses if pid == os.getpid()]
 
 
-def _validated(repo: Path, workers: int, rev: str | None = None,
+def _validated(repo: Path, processes: int, rev: str | None = None,
                parsed: ParsedFiles | None = None) -> Validation:
-    memo = parsed or ParsedFiles(workers=workers)
+    memo = parsed or ParsedFiles(processes=processes)
     return validate_files(repo_files(repo, rev, BOUND), BOUND, memo)
 
 
@@ -131,7 +131,7 @@ def _shown(result: Validation) -> str:
 
 def test_workers_parse_what_one_process_parses(template: Path, parallel: None,
                                                parsers: Parses) -> None:
-    serial = _validated(template, workers=1)
+    serial = _validated(template, processes=1)
     files = sorted(path for _pid, path in parsers())
     assert _here(parsers()) == [path for _pid, path in parsers()]
     found = {(d.code, d.file) for d in serial.diagnostics}
@@ -143,15 +143,15 @@ def test_workers_parse_what_one_process_parses(template: Path, parallel: None,
             ("FILE_TOO_LARGE", odd + "huge.yaml")} <= found
     before = len(parsers())
 
-    workers = _validated(template, workers=2)
-    assert _shown(workers) == _shown(serial)
+    shared = _validated(template, processes=2)
+    assert _shown(shared) == _shown(serial)
     parsed = parsers()[before:]
     assert sorted(path for _pid, path in parsed) == files  # each once, by one process
     assert len(_here(parsed)) < len(files)  # a worker parsed the first ones at least
 
 
 def test_few_new_files_are_parsed_in_this_process(template: Path, parsers: Parses) -> None:
-    _validated(template, workers=2)
+    _validated(template, processes=2)
     assert _here(parsers()) == [path for _pid, path in parsers()]
 
 
@@ -160,7 +160,7 @@ OVER_THE_BOUND = [(os.getpid(), "tenants/tenant-00001/huge.yaml")]  # never read
 
 def test_files_already_parsed_are_not_parsed_again(template: Path, parallel: None,
                                                    parsers: Parses) -> None:
-    parsed = ParsedFiles(workers=2)
+    parsed = ParsedFiles(processes=2)
     first = _validated(template, 2, parsed=parsed)
     before = len(parsers())
     again = _validated(template, 2, parsed=parsed)
@@ -173,8 +173,8 @@ def test_a_pull_request_shares_the_files_both_revisions_hold(
     """The planner tells unchanged manifests by identity: parsed by workers, a file both
     revisions hold is still one set of objects, and the plan is the one process's."""
     plans, shared = [], []
-    for workers in (1, 2):
-        parsed = ParsedFiles(workers=workers)
+    for processes in (1, 2):
+        parsed = ParsedFiles(processes=processes)
         base = validate_repo(template, "main", BOUND, parsed)
         head = validate_repo(template, PR_BRANCH, BOUND, parsed)
         changed = set(pr_change())
@@ -190,11 +190,11 @@ def test_a_pull_request_shares_the_files_both_revisions_hold(
 def test_the_parse_cache_holds_what_the_workers_parsed(
         template: Path, tmp_path: Path, parallel: None, parsers: Parses) -> None:
     cache = tmp_path / "cache"
-    parsed = ParsedFiles(ParseCache(cache, BOUND), workers=2)
+    parsed = ParsedFiles(ParseCache(cache, BOUND), processes=2)
     first = _shown(_validated(template, 2, parsed=parsed))
     parsed.save()
     before = len(parsers())
-    again = _validated(template, 2, parsed=ParsedFiles(ParseCache(cache, BOUND), workers=2))
+    again = _validated(template, 2, parsed=ParsedFiles(ParseCache(cache, BOUND), processes=2))
     assert parsers()[before:] == OVER_THE_BOUND
     assert _shown(again) == first
 
@@ -216,11 +216,11 @@ def test_the_cli_says_the_same_with_workers_and_without(
 
 @pytest.mark.parametrize("setting,expected", [
     ("1", 1), ("3", 3), ("0", 1), ("-2", 1), ("many", None), ("", None)])
-def test_unet_parse_workers_sets_the_count(setting: str, expected: int | None,
+def test_unet_parse_workers_sets_how_many_processes_parse(setting: str, expected: int | None,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("UNET_PARSE_WORKERS", setting)
-    default = min(len(os.sched_getaffinity(0)), parse_workers.MAX_WORKERS)
-    assert parse_workers.parse_workers() == (default if expected is None else expected)
+    default = min(len(os.sched_getaffinity(0)), parse_workers.MAX_PROCESSES)
+    assert parse_workers.parse_processes() == (default if expected is None else expected)
 
 
 def test_a_document_a_model_refuses_is_said_where_one_process_says_it(
@@ -238,11 +238,11 @@ def test_a_document_a_model_refuses_is_said_where_one_process_says_it(
         return real(data, **options)
 
     monkeypatch.setattr(model, "model_validate", picky)
-    expected = _validated(template, workers=1)
+    expected = _validated(template, processes=1)
     assert [d.code for d in expected.diagnostics
             if d.file == "tenants/tenant-00002/security-groups.yaml"] == ["SCHEMA_TYPE"]
     before = len(parsers())
-    assert _shown(_validated(template, workers=2)) == _shown(expected)
+    assert _shown(_validated(template, processes=2)) == _shown(expected)
     refused = [f"tenants/tenant-0000{n}/security-groups.yaml" for n in (1, 2, 3)]
     assert set(refused) <= set(_here(parsers()[before:]))
 
@@ -285,10 +285,10 @@ def _raising() -> None:
 def test_a_worker_that_fails_leaves_the_rest_to_this_process(
         template: Path, parallel: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
         parsers: Parses, fail: Callable[[], None]) -> None:
-    expected = _shown(_validated(template, workers=1))
+    expected = _shown(_validated(template, processes=1))
     before = len(parsers())
     failed = _failing(monkeypatch, fail, tmp_path / "failed.log")
-    assert _shown(_validated(template, workers=2)) == expected
+    assert _shown(_validated(template, processes=2)) == expected
     assert len(failed()) == 1
     assert VICTIM in _here(parsers()[before:])
 
@@ -296,14 +296,14 @@ def test_a_worker_that_fails_leaves_the_rest_to_this_process(
 def test_workers_that_cannot_start_leave_it_all_to_this_process(
         template: Path, parallel: None, monkeypatch: pytest.MonkeyPatch,
         parsers: Parses) -> None:
-    expected = _shown(_validated(template, workers=1))
+    expected = _shown(_validated(template, processes=1))
     before = len(parsers())
 
     def no_fork() -> int:
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(os, "fork", no_fork)
-    assert _shown(_validated(template, workers=2)) == expected
+    assert _shown(_validated(template, processes=2)) == expected
     assert _here(parsers()[before:]) == [path for _pid, path in parsers()[before:]]
 
 

@@ -236,7 +236,7 @@ class Reconciler:
             # Parsed in this process alone: the daemon runs threads of its own (webhook,
             # watches, election), and only its first run parses many files (parse_workers.py).
             self.parsed = parsed_files(folder, self.options.max_file_size,
-                                       self.options.parse_cache, workers=1)
+                                       self.options.parse_cache, processes=1)
         files, head = self.incremental.validate(folder, rev, self.options.max_file_size,
                                                 self.parsed)
         self.parsed.save()  # the first run only: later runs are served from memory
