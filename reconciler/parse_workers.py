@@ -28,9 +28,9 @@ a worker's death (BrokenProcessPool), so nothing waits for it. `UNET_DEBUG=1` sa
 failed.
 
 `UNET_PARSE_WORKERS=N` sets how many processes parse, the run's own among them; 1 parses
-every file in the run's own process. By default: one per processor the run may use, at
-most MAX_PROCESSES; on Linux only, where forking a Python process is safe (macOS's system
-libraries are not).
+every file in the run's own process. By default: one per processor the run may use (and
+its container's CPU limit allows), at most MAX_PROCESSES; on Linux only, where forking a
+Python process is safe (macOS's system libraries are not).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import traceback
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -73,7 +74,27 @@ def parse_processes() -> int:
     try:
         return max(1, int(os.environ.get(WORKERS_ENV, "")))
     except ValueError:
-        return min(len(os.sched_getaffinity(0)), MAX_PROCESSES)
+        return min(len(os.sched_getaffinity(0)), _cpu_limit() or MAX_PROCESSES, MAX_PROCESSES)
+
+
+#: A container's CPU limit: cgroup v2's quota and period, else v1's (the processors a
+#: process may run on are the host's all the same).
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+CFS_QUOTA = (Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+             Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
+
+
+def _cpu_limit() -> int | None:
+    """How many whole processors' time the container's limit gives, or None without one."""
+    try:
+        if CPU_MAX.exists():
+            quota, period = CPU_MAX.read_text().split()
+        else:
+            quota, period = (path.read_text() for path in CFS_QUOTA)
+        allowed, each = int(quota), int(period)
+    except (OSError, ValueError):  # no cgroup files, or v2's "max": no limit
+        return None
+    return max(1, allowed // each) if allowed > 0 else None  # v1's -1: no limit
 
 
 def mapped(work: Callable[[Task], Result], tasks: Sequence[Task],

@@ -215,12 +215,15 @@ def test_the_cli_says_the_same_with_workers_and_without(
 
 
 @pytest.mark.parametrize("setting,expected", [
-    ("1", 1), ("3", 3), ("0", 1), ("-2", 1), ("many", None), ("", None)])
-def test_unet_parse_workers_sets_how_many_processes_parse(setting: str, expected: int | None,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    ("1", 1), ("5", 5), ("0", 1), ("-2", 1), ("many", None), ("", None)])
+def test_unet_parse_workers_sets_how_many_processes_parse(
+        setting: str, expected: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A number of processes, the run's own among them; anything else: the default, one per
+    processor (three here)."""
     monkeypatch.setenv("UNET_PARSE_WORKERS", setting)
-    default = min(len(os.sched_getaffinity(0)), parse_workers.MAX_PROCESSES)
-    assert parse_workers.parse_processes() == (default if expected is None else expected)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(parse_workers, "_cpu_limit", lambda: None)
+    assert parse_workers.parse_processes() == (3 if expected is None else expected)
 
 
 def test_a_document_a_model_refuses_is_said_where_one_process_says_it(
@@ -245,6 +248,26 @@ def test_a_document_a_model_refuses_is_said_where_one_process_says_it(
     assert _shown(_validated(template, processes=2)) == _shown(expected)
     refused = [f"tenants/tenant-0000{n}/security-groups.yaml" for n in (1, 2, 3)]
     assert set(refused) <= set(_here(parsers()[before:]))
+
+
+@pytest.mark.parametrize("v2,v1,expected", [
+    ("max 100000\n", None, 8), ("400000 100000\n", None, 4), ("150000 100000\n", None, 1),
+    (None, ("-1\n", "100000\n"), 8), (None, ("200000\n", "100000\n"), 2), (None, None, 8)])
+def test_a_containers_cpu_limit_bounds_how_many_processes_parse(
+        v2: str | None, v1: tuple[str, str] | None, expected: int, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The processors a process may run on are the host's, whatever CPU time its container
+    may use (cgroup v2's cpu.max, v1's CFS quota)."""
+    monkeypatch.delenv("UNET_PARSE_WORKERS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(parse_workers, "CPU_MAX", tmp_path / "cpu.max")
+    monkeypatch.setattr(parse_workers, "CFS_QUOTA", (tmp_path / "quota", tmp_path / "period"))
+    if v2 is not None:
+        (tmp_path / "cpu.max").write_text(v2)
+    if v1 is not None:
+        (tmp_path / "quota").write_text(v1[0])
+        (tmp_path / "period").write_text(v1[1])
+    assert parse_workers.parse_processes() == expected
 
 
 # --- workers that fail ----------------------------------------------------------------------
