@@ -1,16 +1,19 @@
-"""A run's new files parsed in several processes (`ParsedFiles.parse_all`, validate.py).
+"""A run's new files parsed in worker processes (`ParsedFiles.parse_all`, validate.py).
 
 A cold run of a big repo spends a good part of its time parsing (reading the YAML,
 building its data, checking the schemas), file by file, each file on its own. So when a
 run has at least PARALLEL_FROM files that neither it nor the parse cache parsed before,
-and it may run on more than one processor, it shares them with worker processes. The
-workers are sent chunks of files from the first on, a few at a time; the run takes the
-last chunk not sent whenever the workers' next results are not ready, so that the two
-meet wherever the machine lets each get to. A worker's file comes back as its parse
-cache entry (`parse_cache.encode`: plain data), which the run reads back (`decode`, the
-very step a cache hit takes, with its tests: a decoded entry is the parse) and hands as
-it is to the parse cache. A worker builds no pydantic models, which reading the entry
-builds anyway. Below PARALLEL_FROM, starting the workers costs about what they save.
+and it may use more than one processor, worker processes parse them. They are sent
+chunks of files in order, two chunks each under way; a worker's file comes back as its
+parse cache entry (`parse_cache.encode`: plain data), which the run reads back in order
+while the workers go on (`decode`, the very step a cache hit takes, with its tests: a
+decoded entry is the parse) and hands as it is to the parse cache. A worker builds no
+pydantic models, which reading the entry builds anyway. Below PARALLEL_FROM, starting
+the workers costs about what they save.
+
+The run only reads back: sharing the parse with its workers (taking the last chunks
+itself while their results were not ready) took more wall time on a busy machine
+(docs/performance.md, "Parsing in several processes").
 
 The workers are forked: a fresh Python would spend longer importing unet than a worker
 spends parsing. A fork copies only the thread that forks, so a lock another thread held
@@ -27,15 +30,16 @@ run: what they gave so far is kept and the run parses the rest itself. The pool 
 a worker's death (BrokenProcessPool), so nothing waits for it. `UNET_DEBUG=1` says what
 failed.
 
-`UNET_PARSE_WORKERS=N` sets how many processes parse, the run's own among them; 1 parses
-every file in the run's own process. By default: one per processor the run may use (and
-its container's CPU limit allows), at most MAX_PROCESSES; on Linux only, where forking a
-Python process is safe (macOS's system libraries are not).
+`UNET_PARSE_WORKERS=N` sets how many processes parse: N workers, or with 1 the run's own
+process alone. By default: one per processor the run may use (and its container's CPU
+limit allows), at most MAX_PROCESSES; on Linux only, where forking a Python process is
+safe (macOS's system libraries are not).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import os
 import signal
@@ -57,10 +61,10 @@ WORKERS_ENV = "UNET_PARSE_WORKERS"
 #: Files a worker takes at a time, at most: few round trips, and the last ones still
 #: spread out among the processes.
 CHUNK = 32
-#: Chunks per process at the least: one that is slow to start leaves its work to the others.
-_CHUNKS_PER_PROCESS = 4
+#: Chunks per worker at the least: one that is slow to start leaves its work to the others.
+_CHUNKS_PER_WORKER = 4
 #: Chunks under way per worker: one it works on, one it takes next without waiting for the
-#: run (which may be parsing a chunk of its own then).
+#: run to read results back and send more.
 _SENT_PER_WORKER = 2
 
 Task = TypeVar("Task")
@@ -68,7 +72,7 @@ Result = TypeVar("Result")
 
 
 def parse_processes() -> int:
-    """How many processes parse a one-shot run's new files (1: the run's own alone)."""
+    """How many processes parse a one-shot run's new files: workers, or 1, the run's own."""
     if sys.platform != "linux":
         return 1
     try:
@@ -98,70 +102,54 @@ def _cpu_limit() -> int | None:
 
 
 def mapped(work: Callable[[Task], Result], tasks: Sequence[Task],
-           processes: int) -> Iterator[tuple[int, Result | None]]:
-    """Each task's index, with `work`'s result when one of `processes - 1` forked workers did
-    it, or with None when the caller is to do it: the caller is the last worker. Once the
-    workers fail (one died or raised, or none could start), all that is left is the
-    caller's."""
+           workers: int) -> Iterator[Result]:
+    """`work` of each task, in order, done by `workers` forked processes. Ends early, after
+    the results so far, when the workers fail (one died or raised, or none could start):
+    the caller does the rest itself."""
     from concurrent.futures import ProcessPoolExecutor  # only a run this big needs them
 
-    pool = ProcessPoolExecutor(processes - 1, mp_context=multiprocessing.get_context("fork"),
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
                                initializer=_isolated, initargs=(os.getpid(),))
-    shared = _Shared(pool, work, tasks, processes)
+    chunks = _Chunks(pool, work, tasks, workers)
     try:
         with _forking():  # the first chunk sent starts the workers
-            shared.send()
-        while shared.sent:
-            yield from shared.next()
-            shared.send()
+            chunks.send()
+        while chunks.sent:
+            results = chunks.next()
+            chunks.send()  # before these are read back: the workers go on meanwhile
+            yield from results
     except Exception:  # whatever a worker raised, or how it died: the caller does the rest
         if os.environ.get("UNET_DEBUG"):
             traceback.print_exc()
         _kill(pool)
     finally:
         pool.shutdown()
-    yield from ((n, None) for n in shared.left())
 
 
-class _Shared(Generic[Task, Result]):
-    """Tasks in chunks, shared by the workers and the caller: the workers are sent chunks
-    from the first on, a few at a time; the caller, whenever the results of the first
-    chunk sent are not ready, takes the last chunk not sent."""
+class _Chunks(Generic[Task, Result]):
+    """Tasks sent to the workers in chunks, from the first on, a few chunks per worker at a
+    time: never all at once, since a pool that breaks then fails on the work it was told
+    to cancel (Python 3.11's) and says so on standard error."""
 
     def __init__(self, pool: ProcessPoolExecutor, work: Callable[[Task], Result],
-                 tasks: Sequence[Task], processes: int) -> None:
-        self.pool, self.work, self.tasks = pool, work, tasks
-        size = max(1, min(CHUNK, len(tasks) // (processes * _CHUNKS_PER_PROCESS)))
-        self.todo = deque(range(start, min(start + size, len(tasks)))
-                          for start in range(0, len(tasks), size))
-        self.sent: deque[tuple[range, Future[list[Result]]]] = deque()
-        self.most = _SENT_PER_WORKER * (processes - 1)
+                 tasks: Sequence[Task], workers: int) -> None:
+        self.pool, self.work = pool, work
+        size = max(1, min(CHUNK, len(tasks) // (workers * _CHUNKS_PER_WORKER)))
+        self.todo = (tasks[start:start + size] for start in range(0, len(tasks), size))
+        self.sent: deque[Future[list[Result]]] = deque()
+        self.most = _SENT_PER_WORKER * workers
 
     def send(self) -> None:
-        """The first chunks not sent yet sent, until `most` are under way."""
-        while self.todo and len(self.sent) < self.most:
-            part = self.todo[0]
-            results = self.pool.submit(_each, self.work, [self.tasks[n] for n in part])
-            self.sent.append((self.todo.popleft(), results))
+        """The next chunks sent, until `most` are under way."""
+        for part in itertools.islice(self.todo, self.most - len(self.sent)):
+            self.sent.append(self.pool.submit(_each, self.work, part))
 
-    def next(self) -> Iterator[tuple[int, Result | None]]:
-        """The first chunk sent, once its results are ready; until then, the last chunk not
-        sent, for the caller."""
-        part, results = self.sent[0]
-        if not results.done() and self.todo:
-            yield from ((n, None) for n in self.todo.pop())
-            return
-        done = results.result()
-        self.sent.popleft()
-        yield from zip(part, done, strict=True)
-
-    def left(self) -> Iterator[int]:
-        """The tasks whose results were not given."""
-        for part in [*(part for part, _results in self.sent), *self.todo]:
-            yield from part
+    def next(self) -> list[Result]:
+        """The results of the first chunk under way, once they are ready."""
+        return self.sent.popleft().result()
 
 
-def _each(work: Callable[[Task], Result], tasks: list[Task]) -> list[Result]:
+def _each(work: Callable[[Task], Result], tasks: Sequence[Task]) -> list[Result]:
     """In a worker: a chunk's tasks done."""
     return [work(task) for task in tasks]
 

@@ -80,7 +80,7 @@ class ParsedFiles:
     unchanged manifests by identity; a reconcile daemon parses only the files that
     changed since its last run. With a ParseCache (one-shot commands), files an earlier
     run parsed are read from it, and `save` leaves this run's for the next. With
-    `processes`, many new files are parsed by that many processes (parse_workers.py).
+    `processes` over 1, many new files are parsed by that many workers (parse_workers.py).
     """
 
     def __init__(self, cache: ParseCache | None = None, processes: int = 1) -> None:
@@ -123,18 +123,16 @@ class ParsedFiles:
 
     def _parsed(self, new: list[_Read], max_file_bytes: int
                 ) -> Iterator[tuple[_Read, ParsedFile, bytes | None]]:
-        """Each new file with its parse, and its parse cache entry when a worker gave it,
-        in no set order: with workers, this process parses what they leave it."""
-        if self.processes < 2 or len(new) < parse_workers.PARALLEL_FROM:
-            yield from ((read, _parse(read.item, max_file_bytes), None) for read in new)
-            return
-        tasks = [(read.item.path, read.content, max_file_bytes) for read in new]
-        for index, entry in parse_workers.mapped(_worker_entry, tasks, self.processes):
-            read = new[index]
-            if entry is None:
-                yield read, _parse(read.item, max_file_bytes), None
-            else:
-                yield read, *_read_back(read, entry, max_file_bytes)
+        """Each new file with its parse, and its parse cache entry when a worker gave it.
+        When the workers fail, this process parses the files they did not give."""
+        given = 0
+        if self.processes > 1 and len(new) >= parse_workers.PARALLEL_FROM:
+            tasks = [(read.item.path, read.content, max_file_bytes) for read in new]
+            for entry in parse_workers.mapped(_worker_entry, tasks, self.processes):
+                yield new[given], *_read_back(new[given], entry, max_file_bytes)
+                given += 1
+        for read in new[given:]:
+            yield read, _parse(read.item, max_file_bytes), None
 
     def _hold(self, key: FileKey, found: ParsedFile) -> None:
         release_data(found.manifests)  # the parse cache encoded them already
