@@ -54,12 +54,13 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 if TYPE_CHECKING:
     from concurrent.futures import Future, ProcessPoolExecutor
 
-#: New files a run parses in workers from (measured at 1,000 tenants: docs/performance.md).
+#: New files a run parses in workers from: below, starting them costs about what they save
+#: (docs/performance.md, "Parsing in several processes").
 PARALLEL_FROM = 200
 MAX_PROCESSES = 8
 WORKERS_ENV = "UNET_PARSE_WORKERS"
 #: Files a worker takes at a time, at most: few round trips, and the last ones still
-#: spread out among the processes.
+#: spread out among the workers.
 CHUNK = 32
 #: Chunks per worker at the least: one that is slow to start leaves its work to the others.
 _CHUNKS_PER_WORKER = 4
