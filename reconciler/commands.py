@@ -219,8 +219,11 @@ def _plan_between(args: argparse.Namespace) -> int:
     validated: list[Validation] = []
 
     def base_revision() -> Validation:
+        # The base is summed up as valid or not and its error count: none of its warnings
+        # is shown, so how full its pools are is not worked out.
         if not validated:
-            validated.append(validate_repo(args.path, args.base, args.max_file_size, parsed))
+            validated.append(validate_repo(args.path, args.base, args.max_file_size, parsed,
+                                           usage_warnings=False))
         return validated[0]
 
     head = _validated_head(args, args.path, head_rev, parsed, plan=("pr", inputs),

@@ -120,7 +120,11 @@ class ParseCache:
 
     def put(self, key: FileKey, parsed: ParsedFile) -> None:
         """Remember a file parsed now (encoded now: later stages may add to its objects)."""
-        self._new[key] = encode(parsed)
+        self.put_entry(key, encode(parsed))
+
+    def put_entry(self, key: FileKey, entry: bytes) -> None:
+        """Remember a file parsed now, as `encode` gave it (a parse worker's result)."""
+        self._new[key] = entry
 
     def save(self, used: Iterable[FileKey]) -> None:
         """Write the entries of `used` as the new pack, if this run parsed any new file."""
@@ -155,22 +159,28 @@ def encode(parsed: ParsedFile) -> bytes:
     """One file's entry: plain tuples, lists and dicts, so that reading it builds only
     those. Not the file's text, which whoever reads the entry holds already (it is keyed
     by its hash): only which part of it each document was composed from."""
+    return encode_parts(parsed.documents, [m.doc for m in parsed.manifests],
+                        parsed.load_problems, parsed.schema_problems)
+
+
+def encode_parts(documents: list[Document], manifests: list[Document],
+                 load_problems: list[Diagnostic], schema_problems: list[Diagnostic]) -> bytes:
+    """The entry of a file parsed into `documents`, of which `manifests` became manifests
+    (`decode` builds their models)."""
     spans: list[tuple[int, int] | None] = []
     numbers: dict[int, int] = {}  # id(source) -> its position in spans
-    documents = []
-    for doc in parsed.documents:
+    entries = []
+    for doc in documents:
         source = None
         if doc.source is not None:
             source = numbers.setdefault(id(doc.source), len(spans))
             if source == len(spans):
                 spans.append(doc.source.span)
-        documents.append((doc.index, doc.line, doc.data, doc.tenant, doc.area, doc.broken,
-                          doc.position, source))
-    position = {id(doc): n for n, doc in enumerate(parsed.documents)}
-    manifests = [position[id(m.doc)] for m in parsed.manifests]
-    problems = [[_fields(d) for d in ds] for ds in (parsed.load_problems,
-                                                    parsed.schema_problems)]
-    return pickle.dumps((spans, documents, manifests, *problems),
+        entries.append((doc.index, doc.line, doc.data, doc.tenant, doc.area, doc.broken,
+                        doc.position, source))
+    position = {id(doc): n for n, doc in enumerate(documents)}
+    problems = [[_fields(d) for d in ds] for ds in (load_problems, schema_problems)]
+    return pickle.dumps((spans, entries, [position[id(doc)] for doc in manifests], *problems),
                         protocol=pickle.HIGHEST_PROTOCOL)
 
 

@@ -246,17 +246,29 @@ def validate_documents(documents: list[Document]) -> tuple[list[Manifest], list[
     manifests: list[Manifest] = []
     diagnostics: list[Diagnostic] = []
     for doc in documents:
-        if doc.broken:
-            continue  # its syntax error is reported where it was read
-        problems = list(_shape_problems(doc))
-        if problems:
-            diagnostics.extend(problems)
+        if not _shaped(doc, diagnostics):
             continue
         try:
             manifests.append(manifest_of(doc))
         except pydantic.ValidationError as exc:  # the schema and model disagree: still no crash
             diagnostics.extend(_pydantic_problems(doc, exc))
     return manifests, diagnostics
+
+
+def shape_checked(documents: list[Document]) -> tuple[list[Document], list[Diagnostic]]:
+    """What `validate_documents` finds before it builds the models: the documents whose
+    shapes pass the schema, and the problems of the others."""
+    diagnostics: list[Diagnostic] = []
+    return [doc for doc in documents if _shaped(doc, diagnostics)], diagnostics
+
+
+def _shaped(doc: Document, diagnostics: list[Diagnostic]) -> bool:
+    """Whether `doc`'s shape passes the schema; what is wrong with it goes to `diagnostics`."""
+    if doc.broken:
+        return False  # its syntax error is reported where it was read
+    problems = list(_shape_problems(doc))
+    diagnostics.extend(problems)
+    return not problems
 
 
 def manifest_of(doc: Document) -> Manifest:

@@ -7,14 +7,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pydantic
+
+from . import parse_workers
 from .cache import cache_dir
 from .check import Context, check
 from .diagnostics import Diagnostic
 from .load import Document, load_documents
 from .models import KINDS
-from .parse_cache import FileKey, ParseCache, ParsedFile, content_id
+from .parse_cache import (
+    FileKey,
+    ParseCache,
+    ParsedFile,
+    content_id,
+    decode,
+    encode,
+    encode_parts,
+)
 from .plugins import installed_plugins
-from .schema import Manifest, release_data, validate_documents
+from .schema import Manifest, release_data, shape_checked, validate_documents
 from .sources import (
     DEFAULT_MAX_FILE_BYTES,
     Keep,
@@ -68,40 +79,64 @@ class ParsedFiles:
     and a revision) share its documents and manifests too, so the planner can tell
     unchanged manifests by identity; a reconcile daemon parses only the files that
     changed since its last run. With a ParseCache (one-shot commands), files an earlier
-    run parsed are read from it, and `save` leaves this run's for the next.
+    run parsed are read from it, and `save` leaves this run's for the next. With
+    `processes` over 1, many new files are parsed by that many workers (parse_workers.py).
     """
 
-    def __init__(self, cache: ParseCache | None = None) -> None:
+    def __init__(self, cache: ParseCache | None = None, processes: int = 1) -> None:
         self._files: dict[FileKey, ParsedFile] = {}
         self._used: set[FileKey] = set()
         self._cache = cache
+        self.processes = processes
 
     def parse(self, item: SourceFile, max_file_bytes: int) -> ParsedFile:
-        if item.size > max_file_bytes:  # not read at all: nothing to remember
-            return _parse(item, max_file_bytes)
-        content = item.read()
-        item = SourceFile(item.path, len(content), lambda: content, item.blob_id)
-        key = (item.path, content_id(content))
-        self._used.add(key)
-        found = self._files.get(key)
-        if found is None:
-            found = self._from_cache(key, content, max_file_bytes) or \
-                self._parse_new(item, key, max_file_bytes)
-            release_data(found.manifests)  # the parse cache encoded them already
-            self._files[key] = found
-        return found
+        return self.parse_all([item], max_file_bytes)[0]
 
-    def _from_cache(self, key: FileKey, content: bytes,
-                    max_file_bytes: int) -> ParsedFile | None:
-        if self._cache is None or self._cache.max_file_bytes != max_file_bytes:
-            return None
-        return self._cache.get(key, content)
+    def parse_all(self, items: list[SourceFile], max_file_bytes: int) -> list[ParsedFile]:
+        """Each file parsed, in order. The files within the bound are all read first, so
+        that those neither this run nor the parse cache parsed before are parsed together."""
+        files = [_Read.of(item) if item.size <= max_file_bytes else item for item in items]
+        cache = self._cache if self._cache and self._cache.max_file_bytes == max_file_bytes \
+            else None
+        new = {f.key: f for f in files if isinstance(f, _Read) and not self._recalled(f, cache)}
+        self._parse_new(list(new.values()), max_file_bytes, cache)
+        # A file over the bound is not read at all: nothing to remember.
+        return [self._files[f.key] if isinstance(f, _Read) else _parse(f, max_file_bytes)
+                for f in files]
 
-    def _parse_new(self, item: SourceFile, key: FileKey, max_file_bytes: int) -> ParsedFile:
-        found = _parse(item, max_file_bytes)
-        if self._cache is not None and self._cache.max_file_bytes == max_file_bytes:
-            self._cache.put(key, found)
-        return found
+    def _recalled(self, read: _Read, cache: ParseCache | None) -> bool:
+        """Whether the file is held: in memory, or in `cache` (and from now on in memory)."""
+        self._used.add(read.key)
+        if read.key in self._files:
+            return True
+        found = cache.get(read.key, read.content) if cache is not None else None
+        if found is not None:
+            self._hold(read.key, found)
+        return found is not None
+
+    def _parse_new(self, new: list[_Read], max_file_bytes: int,
+                   cache: ParseCache | None) -> None:
+        for read, found, entry in self._parsed(new, max_file_bytes):
+            if cache is not None:
+                cache.put_entry(read.key, entry if entry is not None else encode(found))
+            self._hold(read.key, found)
+
+    def _parsed(self, new: list[_Read], max_file_bytes: int
+                ) -> Iterator[tuple[_Read, ParsedFile, bytes | None]]:
+        """Each new file with its parse, and its parse cache entry when a worker gave it.
+        When the workers fail, this process parses the files they did not give."""
+        given = 0
+        if self.processes > 1 and len(new) >= parse_workers.PARALLEL_FROM:
+            tasks = [(read.item.path, read.content, max_file_bytes) for read in new]
+            for entry in parse_workers.mapped(_worker_entry, tasks, self.processes):
+                yield new[given], *_read_back(new[given], entry, max_file_bytes)
+                given += 1
+        for read in new[given:]:
+            yield read, _parse(read.item, max_file_bytes), None
+
+    def _hold(self, key: FileKey, found: ParsedFile) -> None:
+        release_data(found.manifests)  # the parse cache encoded them already
+        self._files[key] = found
 
     def save(self) -> None:
         """Leave the files used so far in the parse cache, and let go of it: later runs
@@ -119,16 +154,59 @@ class ParsedFiles:
         self._used = set()
 
 
-def parsed_files(repo: Path, max_file_bytes: int, use_cache: bool = True) -> ParsedFiles:
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """A file within the size bound, read once: its bytes, and its key."""
+
+    item: SourceFile  # reads `content`, not the disk or Git again
+    content: bytes
+    key: FileKey
+
+    @classmethod
+    def of(cls, item: SourceFile) -> _Read:
+        content = item.read()
+        held = SourceFile(item.path, len(content), lambda: content, item.blob_id)
+        return cls(held, content, (item.path, content_id(content)))
+
+
+def parsed_files(repo: Path, max_file_bytes: int, use_cache: bool = True,
+                 processes: int | None = None) -> ParsedFiles:
     """ParsedFiles for a command on the repo at `repo`: with the repo's parse cache,
-    unless `use_cache` is off."""
-    return ParsedFiles(ParseCache(cache_dir(repo), max_file_bytes) if use_cache else None)
+    unless `use_cache` is off, and parsed by as many processes as `parse_processes()` says,
+    unless `processes` does."""
+    cache = ParseCache(cache_dir(repo), max_file_bytes) if use_cache else None
+    if processes is None:
+        processes = parse_workers.parse_processes()
+    return ParsedFiles(cache, processes)
 
 
 def _parse(item: SourceFile, max_file_bytes: int) -> ParsedFile:
     documents, load_problems = load_documents(iter([item]), max_file_bytes)
     manifests, schema_problems = validate_documents(documents)
     return ParsedFile(documents, manifests, load_problems, schema_problems)
+
+
+def _worker_entry(task: tuple[str, bytes, int]) -> bytes:
+    """A worker's parse of one file (path, bytes, size bound), as its parse cache entry.
+    The manifests' models are not built: reading the entry builds them again anyway. So
+    the entry has every document whose shape passes the schema become a manifest, as it
+    does unless a model refuses what the schema let through (`_read_back`)."""
+    path, content, max_file_bytes = task
+    item = SourceFile(path, len(content), lambda: content)
+    documents, load_problems = load_documents(iter([item]), max_file_bytes)
+    shaped, shape_problems = shape_checked(documents)
+    return encode_parts(documents, shaped, load_problems, shape_problems)
+
+
+def _read_back(read: _Read, entry: bytes,
+               max_file_bytes: int) -> tuple[ParsedFile, bytes | None]:
+    """A worker's parse of the file `read`, and its entry for the parse cache; parsed again
+    here when a model refuses one of its documents (the entry was wrong to have it a
+    manifest): then the model's problems are diagnostics, where one process puts them."""
+    try:
+        return decode(entry, read.item.path, read.content), entry
+    except pydantic.ValidationError:
+        return _parse(read.item, max_file_bytes), None
 
 
 def revision_files(path: Path, rev: str | None, max_file_bytes: int, parsed: ParsedFiles,
@@ -145,11 +223,16 @@ def revision_files(path: Path, rev: str | None, max_file_bytes: int, parsed: Par
 
 def validate_files(files: Iterator[SourceFile | Diagnostic],
                    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                   parsed: ParsedFiles | None = None, shard: Shard | None = None) -> Validation:
+                   parsed: ParsedFiles | None = None, shard: Shard | None = None,
+                   usage_warnings: bool = True) -> Validation:
     """The revision's files validated; with `shard`, they are its share (revision_files)
-    and the validation says whose each owner is."""
+    and the validation says whose each owner is. Without `usage_warnings`, how full its
+    pools are is not worked out (no POOL_NEARLY_FULL): for a revision whose warnings
+    nobody reads."""
     items = list(files)
     memo = parsed or ParsedFiles()
+    results = iter(memo.parse_all([item for item in items if isinstance(item, SourceFile)],
+                                  max_file_bytes))
     documents: list[Document] = []
     manifests: list[Manifest] = []
     diagnostics: list[Diagnostic] = []
@@ -158,7 +241,7 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
         if isinstance(item, Diagnostic):
             diagnostics.append(item)
             continue
-        result = memo.parse(item, max_file_bytes)
+        result = next(results)
         documents += result.documents
         manifests += result.manifests
         diagnostics += result.load_problems
@@ -169,7 +252,8 @@ def validate_files(files: Iterator[SourceFile | Diagnostic],
     diagnostics += problems
     n_files = sum(1 for item in items if isinstance(item, SourceFile))
     validation = _guarded(Validation(documents, manifests, context, diagnostics, n_files))
-    validation = _usage_warned(validation)
+    if usage_warnings:
+        validation = _usage_warned(validation)
     if shard is not None:
         from .shard import Ownership
 
@@ -256,10 +340,13 @@ def revision_info(path: Path, rev: str | None) -> dict[str, object]:
 
 def validate_repo(path: Path, rev: str | None = None,
                   max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                  parsed: ParsedFiles | None = None, shard: Shard | None = None) -> Validation:
-    """The repo at `path` (`rev`) validated: all of it, or a shard's share."""
+                  parsed: ParsedFiles | None = None, shard: Shard | None = None,
+                  usage_warnings: bool = True) -> Validation:
+    """The repo at `path` (`rev`) validated: all of it, or a shard's share (`usage_warnings`:
+    as validate_files)."""
     if shard is None:
-        return validate_files(repo_files(path, rev, max_file_bytes), max_file_bytes, parsed)
+        return validate_files(repo_files(path, rev, max_file_bytes), max_file_bytes, parsed,
+                              usage_warnings=usage_warnings)
     memo = parsed or ParsedFiles()
     items = revision_files(path, rev, max_file_bytes, memo, shard)
-    return validate_files(iter(items), max_file_bytes, memo, shard)
+    return validate_files(iter(items), max_file_bytes, memo, shard, usage_warnings)

@@ -14,7 +14,7 @@ import pytest
 from unet.reconciler.cli import main
 from unet.reconciler.plan_io import document_text
 
-from .conftest import EXAMPLE, copy_checkout
+from .conftest import EXAMPLE, ROOT, copy_checkout
 from .test_plan_golden import edit_text
 
 SSH_RULE = """    - protocol: tcp          # PostgreSQL, only from ports in group "web"
@@ -156,6 +156,28 @@ def test_unknown_revision(repo: Path, capsys: pytest.CaptureFixture[str]) -> Non
     code, out, err = unet(capsys, "plan", "--base", "no-such-branch", str(repo))
     assert code == 1 and out == ""
     assert "revision 'no-such-branch' does not exist" in err
+
+
+def test_a_pull_request_plan_weighs_the_usage_of_its_head_alone(
+        repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base of a plan between revisions is summed up as valid or not: its warnings are
+    never shown, so how full its pools are (POOL_NEARLY_FULL) is not worked out."""
+    from unet.reconciler import usage
+    from unet.reconciler.validate import validate_repo
+
+    weighed: list[object] = []
+    real = usage.demanded
+    monkeypatch.setattr(usage, "demanded", lambda model: weighed.append(model) or real(model))
+    edit_text(repo, "tenants/acme/network.yaml", "mtu: 9000", "mtu: 8900")
+    code, out, _ = unet(capsys, "plan", "--base", "HEAD", "--format", "json", "--no-cache",
+                        str(repo))
+    assert code == 0 and json.loads(out)["inputs"]["base"]["valid"] is True
+    assert len(weighed) == 1
+
+    nearly_full = ROOT / "examples" / "broken" / "pool-nearly-full"
+    codes = [d.code for d in validate_repo(nearly_full).diagnostics]
+    assert codes == ["POOL_NEARLY_FULL"]
+    assert validate_repo(nearly_full, usage_warnings=False).diagnostics == []
 
 
 def test_invalid_base_is_planned_from_nothing(repo: Path, capsys: pytest.CaptureFixture[str]

@@ -233,8 +233,10 @@ class Reconciler:
     def _reconcile(self, folder: Path, rev: str | None, run: Run) -> _Outcome:
         """Validate `rev` of `folder` (None: the files), plan it live, apply what is due."""
         if self.parsed is None:
+            # Parsed in this process alone: the daemon runs threads of its own (webhook,
+            # watches, election), and only its first run parses many files (parse_workers.py).
             self.parsed = parsed_files(folder, self.options.max_file_size,
-                                       self.options.parse_cache)
+                                       self.options.parse_cache, processes=1)
         files, head = self.incremental.validate(folder, rev, self.options.max_file_size,
                                                 self.parsed)
         self.parsed.save()  # the first run only: later runs are served from memory
