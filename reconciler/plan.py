@@ -135,7 +135,8 @@ def legacy_desired_digest(desired: Iterable[BackendObject]) -> str:
 
 
 def _digest(objects: Iterable[BackendObject]) -> str:
-    """All the objects' content, in uid order, encoded at once (not object by object)."""
+    """All the objects' content, in uid order, encoded a thousand objects at a time (not
+    one by one, and never as one text of every row: `list_hash`)."""
     return list_hash(sorted((o.uid, o.fields, o.refs, o.parent, o.meta) for o in objects))
 
 
