@@ -68,3 +68,22 @@ def test_a_watchs_new_rows_stay_text_until_the_replica_takes_them() -> None:
     assert _new_row(rows["u1"]) == _new_row(rows["u2"]) == columns
     assert rows["u3"] == {"modify": {"name": "other"}} and rows["u4"] == {"delete": None}
     assert _new_row({"initial": columns}) == columns  # decoded without the hook: as it is
+
+
+def test_a_transaction_on_a_watchs_connection_leaves_its_hook() -> None:
+    """The watch decodes every message of its connection with `_columns_as_text`; a
+    transaction's own hook holds for its reply only, then the connection's is back."""
+    from unet.managers.ovn.rpc import Rpc, Timeouts
+    from unet.managers.ovn.watch import _columns_as_text
+
+    rpc = Rpc("unix:/nonexistent", Timeouts(1, 1, 1))
+    rpc.rows = _columns_as_text
+    during: list[object] = []
+
+    def request(method: str, params: list[object]) -> list[object]:
+        during.append(rpc.rows)
+        return []
+
+    rpc._request = request  # type: ignore[method-assign]
+    assert rpc.transact([], json.loads) == []
+    assert during == [json.loads] and rpc.rows is _columns_as_text

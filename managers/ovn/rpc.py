@@ -121,11 +121,11 @@ class Rpc:
         the reply into what it returns as it is decoded (json's object_hook): a reply of
         every row is then never held whole as OVSDB's JSON."""
         with self.busy:
-            self.rows = rows
+            connection, self.rows = self.rows, rows  # the connection's own (a watch's) after
             try:
                 result = self._request("transact", [DATABASE, *operations])
             finally:
-                self.rows = None
+                self.rows = connection
         if not isinstance(result, list):
             raise ConnectionLost(f"unexpected reply {str(result)[:200]}")
         return result
